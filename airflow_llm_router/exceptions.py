@@ -1,0 +1,31 @@
+"""Errors raised by airflow-llm-router; each names what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class RouterError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class QuotaValidationError(RouterError, ValueError):
+    """A quota value is out of range or of the wrong type."""
+
+
+class ImpossibleRequestError(RouterError):
+    """No allowed model could ever admit the request (unknown, disabled or too large)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class LeaseNotFoundError(RouterError):
+    """The lease is unknown: it expired and was reclaimed, or it was already completed."""
+
+
+class StaleClaimError(RouterError):
+    """A task write was refused because the claim token is no longer the task's current one."""
+
+
+class TaskStoreError(RouterError):
+    """The task store could not carry out a request."""
