@@ -1,0 +1,333 @@
+"""The router's clients: a sync one (for hooks and workers) and an asyncio one (triggers).
+
+Both expose the same methods, defined once in :class:`_RouterAPI`: each runs a
+:class:`~airflow_llm_router.engine.core.RouterCore` operation through ``_drive``, which the
+sync client implements with blocking calls and the async client with awaited ones (its
+methods return awaitables). Only waiting for capacity differs in kind (threads block on the
+pub/sub socket, coroutines on an event) and is written per client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from airflow_llm_router.engine.core import (
+    Command,
+    Completion,
+    Decision,
+    RouterCore,
+    Script,
+    Step,
+)
+from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.engine.scripts import OPERATIONS, script_source
+from airflow_llm_router.engine.stats import RouterStats
+from airflow_llm_router.engine.types import (
+    Admission,
+    AdmitRequest,
+    Outcome,
+    Priority,
+    Rejection,
+    RouterSettings,
+    Wait,
+)
+from airflow_llm_router.exceptions import ImpossibleRequestError, LeaseNotFoundError
+
+__all__ = ["AsyncRouterClient", "RouterClient"]
+
+
+def _single(decision: Decision) -> Admission | Wait:
+    if isinstance(decision, Rejection):
+        raise ImpossibleRequestError(decision.reason, decision.message())
+    return decision
+
+
+class _RouterAPI:
+    """The public operations; ``_drive`` runs a core step generator to its result."""
+
+    core: RouterCore
+
+    def _drive(self, step: Step[Any]) -> Any:
+        raise NotImplementedError
+
+    def _then(self, result: Any, fn: Any) -> Any:
+        raise NotImplementedError
+
+    @property
+    def settings(self) -> RouterSettings:
+        return self.core.settings
+
+    def set_quota(self, model: str, quota: ModelQuota | dict[str, Any]) -> bool:
+        """Create or replace ``model``'s quota (validated); returns True if it was new.
+
+        The change applies at the next admission of every caller, no restart needed.
+        """
+        return self._drive(self.core.set_quota(model, quota))
+
+    def get_quotas(self) -> dict[str, ModelQuota]:
+        """Every model's quota, by model name."""
+        return self._drive(self.core.get_quotas())
+
+    def get_quota(self, model: str) -> ModelQuota | None:
+        return self._drive(self.core.get_quota(model))
+
+    def delete_quota(self, model: str) -> bool:
+        """Remove ``model``'s quota; returns False if it had none."""
+        return self._drive(self.core.delete_quota(model))
+
+    def admit_many(self, requests: Sequence[AdmitRequest]) -> list[Decision]:
+        """Decide many requests in one round trip per 256: each gets an
+        :class:`Admission`, a :class:`Wait` or a :class:`Rejection` (never raises for one)."""
+        return self._drive(self.core.admit_many(requests))
+
+    def admit(
+        self,
+        estimated_tokens: int,
+        *,
+        models: Sequence[str] | None = None,
+        ordered: bool = True,
+        priority: Priority = "bulk",
+        request_id: str | None = None,
+        estimated_output_tokens: int | None = None,
+    ) -> Admission | Wait:
+        """Reserve capacity for one call, or learn how long to wait.
+
+        :raises ImpossibleRequestError: no allowed model could ever admit it.
+        """
+        request = AdmitRequest(
+            estimated_tokens=estimated_tokens,
+            estimated_output_tokens=estimated_output_tokens,
+            models=tuple(models) if models is not None else None,
+            ordered=ordered,
+            priority=priority,
+            **({"request_id": request_id} if request_id else {}),
+        )
+        return self._then(self._drive(self.core.admit_many([request])), lambda d: _single(d[0]))
+
+    def heartbeat_many(self, lease_ids: Sequence[str]) -> list[float | None]:
+        """Extend leases; each entry is the new TTL in seconds or None if the lease is gone."""
+        return self._drive(self.core.heartbeat_many(lease_ids))
+
+    def heartbeat(self, lease_id: str) -> float:
+        """Extend one lease by the lease TTL.
+
+        :raises LeaseNotFoundError: the lease expired (its slot was freed) or was completed.
+        """
+        return self._then(self._drive(self.core.heartbeat_many([lease_id])),
+                          lambda ttls: _alive(lease_id, ttls[0]))
+
+    def complete_many(self, completions: Sequence[Completion]) -> list[str]:
+        """Settle many leases; statuses ``released``, ``settled`` or ``unknown``."""
+        return self._drive(self.core.complete_many(completions))
+
+    def complete(
+        self,
+        lease_id: str,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        outcome: Outcome = "ok",
+        retry_after_s: float | None = None,
+    ) -> str:
+        """Free the lease's slot, settle actual tokens, and report how the call went."""
+        done = Completion(lease_id, input_tokens, output_tokens, outcome, retry_after_s)
+        return self._then(self._drive(self.core.complete_many([done])), lambda s: s[0])
+
+    def cancel(self, request_ids: Sequence[str]) -> int:
+        """Withdraw waiting requests whose caller gave up."""
+        return self._drive(self.core.cancel(request_ids))
+
+    def stats(self, models: Sequence[str] | None = None) -> RouterStats:
+        """Current window usage, in-flight calls, health and counters per model."""
+        return self._drive(self.core.stats(models))
+
+
+def _alive(lease_id: str, ttl: float | None) -> float:
+    if ttl is None:
+        raise LeaseNotFoundError(f"lease {lease_id!r} expired or was completed")
+    return ttl
+
+
+class RouterClient(_RouterAPI):
+    """Blocking client over a ``redis.Redis`` connection."""
+
+    def __init__(self, client: redis.Redis, settings: RouterSettings | None = None) -> None:
+        self.redis = client
+        self.core = RouterCore(settings or RouterSettings())
+        self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
+
+    @classmethod
+    def from_url(cls, url: str, settings: RouterSettings | None = None) -> RouterClient:
+        return cls(redis.Redis.from_url(url), settings)
+
+    def _drive(self, step: Step[Any]) -> Any:
+        reply = None
+        try:
+            while True:
+                reply = self._run(step.send(reply))
+        except StopIteration as done:
+            return done.value
+
+    def _then(self, result: Any, fn: Any) -> Any:
+        return fn(result)
+
+    def _run(self, action: Script | Command) -> Any:
+        if isinstance(action, Command):
+            return self.redis.execute_command(*action.args)
+        return self._scripts[action.op](
+            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.args]
+        )
+
+    def wait_for_admission(self, request: AdmitRequest, timeout_s: float) -> Admission | None:
+        """Block until ``request`` is admitted (None after ``timeout_s``), waking on releases.
+
+        :raises ImpossibleRequestError: no allowed model could ever admit it.
+        """
+        deadline = time.monotonic() + timeout_s
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.core.keys.released_channel)
+        try:
+            while True:
+                decision = _single(self.admit_many([request])[0])
+                if isinstance(decision, Admission):
+                    return decision
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.cancel([request.request_id])
+                    return None
+                pubsub.get_message(timeout=min(left, decision.retry_after_ms / 1000))
+        finally:
+            pubsub.close()
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+class AsyncRouterClient(_RouterAPI):
+    """Asyncio client over a ``redis.asyncio.Redis``; every method returns an awaitable."""
+
+    def __init__(
+        self, client: aioredis.Redis, settings: RouterSettings | None = None
+    ) -> None:
+        self.redis = client
+        self.core = RouterCore(settings or RouterSettings())
+        self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
+        self._releases = ReleaseListener(client, self.core.keys.released_channel)
+
+    @classmethod
+    def from_url(cls, url: str, settings: RouterSettings | None = None) -> AsyncRouterClient:
+        return cls(aioredis.Redis.from_url(url), settings)
+
+    async def _drive(self, step: Step[Any]) -> Any:  # type: ignore[override]
+        reply = None
+        try:
+            while True:
+                reply = await self._run(step.send(reply))
+        except StopIteration as done:
+            return done.value
+
+    async def _then(self, result: Any, fn: Any) -> Any:  # type: ignore[override]
+        return fn(await result)
+
+    async def _run(self, action: Script | Command) -> Any:
+        if isinstance(action, Command):
+            return await self.redis.execute_command(*action.args)
+        return await self._scripts[action.op](
+            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.args]
+        )
+
+    @property
+    def releases(self) -> ReleaseListener:
+        """Wakes waiters when any caller releases capacity or changes a quota."""
+        return self._releases
+
+    async def wait_for_admission(
+        self, request: AdmitRequest, timeout_s: float
+    ) -> Admission | None:
+        """Wait until ``request`` is admitted (None after ``timeout_s``), waking on releases.
+
+        :raises ImpossibleRequestError: no allowed model could ever admit it.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        await self._releases.start()
+        while True:
+            seen = self._releases.generation
+            decision = _single((await self.admit_many([request]))[0])
+            if isinstance(decision, Admission):
+                return decision
+            left = deadline - loop.time()
+            if left <= 0:
+                await self.cancel([request.request_id])
+                return None
+            await self._releases.wait(seen, min(left, decision.retry_after_ms / 1000))
+
+    async def aclose(self) -> None:
+        await self._releases.stop()
+        await self.redis.aclose()
+
+
+class ReleaseListener:
+    """One pub/sub subscription per client, shared by all its waiting coroutines.
+
+    ``generation`` counts releases seen; a waiter reads it before asking for admission and
+    then waits for it to move, so a release between the answer and the wait is not missed.
+    """
+
+    def __init__(self, client: aioredis.Redis, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event | None = None
+        self._changed: asyncio.Condition | None = None
+        self.generation = 0
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._ready = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._listen(), name="llm-router-releases")
+        await self._ready.wait()
+
+    async def _listen(self) -> None:
+        assert self._ready is not None and self._changed is not None
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self._channel)
+            self._ready.set()
+            async for message in pubsub.listen():
+                if message.get("type") != "message":
+                    continue
+                async with self._changed:
+                    self.generation += 1
+                    self._changed.notify_all()
+        finally:
+            self._ready.set()
+            await pubsub.aclose()
+
+    async def wait(self, seen: int, timeout_s: float) -> bool:
+        """Wait until a release after generation ``seen``; False on timeout."""
+        assert self._changed is not None
+        try:
+            async with self._changed:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.generation != seen), timeout_s
+                )
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        self._task = None

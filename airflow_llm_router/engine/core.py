@@ -1,0 +1,219 @@
+"""The router's policy, with no I/O: which script, which arguments, how to read the reply.
+
+Every operation is a generator that yields the Redis steps it needs (:class:`Script` or
+:class:`Command`) and returns the decoded result. The sync and asyncio clients only run the
+steps (see ``client.py``), so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from airflow_llm_router.engine.keys import RouterKeys
+from airflow_llm_router.engine.quota import ModelQuota, validate_model_name
+from airflow_llm_router.engine.stats import RouterStats
+from airflow_llm_router.engine.types import (
+    Admission,
+    AdmitRequest,
+    Outcome,
+    Rejection,
+    RouterSettings,
+    Wait,
+)
+
+__all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step"]
+
+T = TypeVar("T")
+Decision = Admission | Wait | Rejection
+
+#: Requests per admit script call: bounds one call's time on the Redis thread.
+ADMIT_CHUNK = 256
+_OUTCOMES = ("ok", "rate_limited", "error")
+_COMPLETE_STATUS = {0: "unknown", 1: "released", 2: "settled"}
+
+
+@dataclass(frozen=True)
+class Script:
+    """Run one of the router's Lua operations with these ARGV (after the settings)."""
+
+    op: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Command:
+    """Run one plain Redis command."""
+
+    args: tuple[Any, ...]
+
+
+Step = Generator[Script | Command, Any, T]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The end of one call: actual usage and how it went.
+
+    :param input_tokens: actual input tokens, or ``None`` to keep the estimate.
+    :param output_tokens: actual output tokens, or ``None`` to keep the estimate.
+    :param outcome: ``"ok"``, ``"rate_limited"`` (a 429) or ``"error"`` (5xx, timeout).
+    :param retry_after_s: the backend's Retry-After, for ``rate_limited``.
+    """
+
+    lease_id: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    outcome: Outcome = "ok"
+    retry_after_s: float | None = None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RouterCore:
+    """Policy of one router namespace, shared by :class:`RouterClient` and the async client."""
+
+    def __init__(self, settings: RouterSettings) -> None:
+        self.settings = settings
+        self.keys = RouterKeys(settings.namespace)
+        s = settings
+        self.settings_arg = "|".join(
+            str(int(v))
+            for v in (
+                s.lease_ttl_s * 1000,
+                s.guard_ms,
+                s.max_wait_ms,
+                s.starve_ms,
+                s.waiter_ttl_ms,
+                s.cooldown_ms,
+                s.breaker_failures,
+                s.breaker_open_ms,
+            )
+        )
+
+    # -- quotas -----------------------------------------------------------------------
+
+    def set_quota(self, model: str, quota: ModelQuota | dict[str, Any]) -> Step[bool]:
+        validate_model_name(model)
+        if not isinstance(quota, ModelQuota):
+            quota = ModelQuota.parse(quota)
+        created = yield Script("set_quota", (model, quota.to_redis()))
+        return bool(created)
+
+    def get_quotas(self) -> Step[dict[str, ModelQuota]]:
+        raw = yield Command(("HGETALL", self.keys.router("K_QUOTAS")))
+        quotas = {_text(k): ModelQuota.from_redis(v) for k, v in (raw or {}).items()}
+        return dict(sorted(quotas.items()))
+
+    def get_quota(self, model: str) -> Step[ModelQuota | None]:
+        raw = yield Command(("HGET", self.keys.router("K_QUOTAS"), model))
+        return None if raw is None else ModelQuota.from_redis(raw)
+
+    def delete_quota(self, model: str) -> Step[bool]:
+        deleted = yield Script("delete_quota", (model,))
+        return bool(deleted)
+
+    # -- admission --------------------------------------------------------------------
+
+    def admit_many(self, requests: Sequence[AdmitRequest]) -> Step[list[Decision]]:
+        decisions: list[Decision] = []
+        for start in range(0, len(requests), ADMIT_CHUNK):
+            chunk = requests[start : start + ADMIT_CHUNK]
+            payload = json.dumps([_encode_request(r) for r in chunk], separators=(",", ":"))
+            reply = yield Script("admit", (payload,))
+            decisions.extend(self._decode(r, d) for r, d in zip(chunk, reply, strict=True))
+        return decisions
+
+    def _decode(self, request: AdmitRequest, reply: Sequence[Any]) -> Decision:
+        kind = _text(reply[0])
+        if kind == "A":
+            return Admission(
+                model=_text(reply[1]),
+                lease_id=_text(reply[2]),
+                lease_ttl_s=int(reply[3]) / 1000,
+                request_id=request.request_id,
+                reused=bool(int(reply[4])),
+            )
+        if kind == "W":
+            stretch = 1 + random.uniform(0, self.settings.jitter)
+            return Wait(
+                retry_after_ms=max(1, math.ceil(int(reply[1]) * stretch)),
+                reason=_text(reply[2]),
+                request_id=request.request_id,
+            )
+        return Rejection(reason=_text(reply[1]), detail=_text(reply[2]),
+                         request_id=request.request_id)
+
+    def heartbeat_many(self, lease_ids: Sequence[str]) -> Step[list[float | None]]:
+        if not lease_ids:
+            return []
+        reply = yield Script("heartbeat", (json.dumps(list(lease_ids)),))
+        return [None if int(ttl) < 0 else int(ttl) / 1000 for ttl in reply]
+
+    def complete_many(self, completions: Sequence[Completion]) -> Step[list[str]]:
+        """Statuses: ``released``, ``settled`` (lease had expired), ``unknown``."""
+        if not completions:
+            return []
+        items = [_encode_completion(c) for c in completions]
+        reply = yield Script("complete", (json.dumps(items, separators=(",", ":")),))
+        return [_COMPLETE_STATUS[int(x)] for x in reply]
+
+    def cancel(self, request_ids: Sequence[str]) -> Step[int]:
+        if not request_ids:
+            return 0
+        n = yield Script("cancel", (json.dumps(list(request_ids)),))
+        return int(n)
+
+    def stats(self, models: Sequence[str] | None = None) -> Step[RouterStats]:
+        arg = json.dumps(list(models)) if models else "0"
+        raw = yield Script("stats", (arg,))
+        quotas = yield from self.get_quotas()
+        return RouterStats.from_reply(json.loads(_text(raw)), quotas)
+
+
+def _encode_request(r: AdmitRequest) -> list[Any]:
+    if not isinstance(r.estimated_tokens, int) or r.estimated_tokens < 1:
+        raise ValueError(
+            f"estimated_tokens: {r.estimated_tokens!r} is not a whole number >= 1 "
+            "(estimate input + output tokens of the prompt)"
+        )
+    out = r.estimated_output_tokens
+    if out is not None and (not isinstance(out, int) or not 0 <= out <= r.estimated_tokens):
+        raise ValueError(
+            f"estimated_output_tokens: {out!r} must be a whole number between 0 and "
+            "estimated_tokens, or None"
+        )
+    if r.priority not in ("bulk", "hot"):
+        raise ValueError(f"priority: {r.priority!r} is not 'bulk' or 'hot'")
+    models: list[str] | int = 0
+    if r.models is not None:
+        if not r.models:
+            raise ValueError("models: an empty list allows nothing; pass None for any model")
+        models = [validate_model_name(m) for m in r.models]
+    total = r.estimated_tokens
+    inp, outp = (total, total) if out is None else (total - out, out)
+    return [r.request_id, 1 if r.priority == "hot" else 0, total, inp, outp,
+            1 if r.ordered else 0, models]
+
+
+def _encode_completion(c: Completion) -> list[Any]:
+    if c.outcome not in _OUTCOMES:
+        raise ValueError(f"outcome: {c.outcome!r} is not one of {', '.join(_OUTCOMES)}")
+    for name, value in (("input_tokens", c.input_tokens), ("output_tokens", c.output_tokens)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
+    known = c.input_tokens is not None and c.output_tokens is not None
+    retry_ms = 0 if c.retry_after_s is None else max(0, math.ceil(c.retry_after_s * 1000))
+    return [
+        c.lease_id,
+        c.input_tokens if known else -1,
+        c.output_tokens if known else -1,
+        c.outcome,
+        retry_ms,
+    ]

@@ -1,0 +1,80 @@
+"""Every Redis key and channel name the router uses, in one place.
+
+All keys of one router namespace share the Redis Cluster hash tag ``{namespace}``, so every
+script touches a single slot. The Lua scripts receive only the prefix (``KEYS[1]``) and
+derive the rest from the names below: :func:`lua_key_prelude` turns this module into the Lua
+that does so, so the names are written once.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "MODEL_KEYS",
+    "NAMESPACE_RE",
+    "ROUTER_KEYS",
+    "RouterKeys",
+    "lua_key_prelude",
+]
+
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+#: Router-wide keys: attribute name in Lua -> key suffix.
+ROUTER_KEYS: dict[str, str] = {
+    "K_QUOTAS": "quotas",  # HASH model -> quota JSON
+    "K_LEASES": "leases",  # HASH lease id -> lease JSON
+    "K_REQUESTS": "requests",  # HASH request id -> lease id (idempotent admission)
+    "K_WAITERS": "waiters",  # ZSET request id -> rank (hot ahead of bulk, then first wait)
+    "K_WAIT_INFO": "waitinfo",  # HASH request id -> waiter JSON
+    "K_WAIT_DEADLINES": "waitdl",  # ZSET request id -> deadline ms (stale waiters drop out)
+    "K_FAIR": "fair",  # HASH model -> virtual finish tag; "_V" -> virtual time
+    "K_HEALTH": "health",  # HASH "<model>|cool|open|probe|fails" -> value
+    "K_STATS": "stats",  # HASH "<model>|<counter>" -> count
+    "K_SEQ": "seq",  # STRING lease sequence
+}
+
+#: Per-model keys: Lua function name -> key infix (the model name follows it).
+MODEL_KEYS: dict[str, str] = {
+    "K_WIN": "win:",  # ZSET lease id -> admission time ms (the sliding-window log)
+    "K_WTOK": "wtok:",  # HASH lease id -> "sum:in:out" tokens; "_s", "_i", "_o" totals
+    "K_LIVE": "live:",  # ZSET lease id -> lease expiry ms (in-flight calls)
+}
+
+RELEASED_CHANNEL = "released"
+
+
+class RouterKeys:
+    """Key and channel names of one router namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        if not NAMESPACE_RE.match(namespace):
+            raise ValueError(
+                f"namespace {namespace!r} is not valid: use 1-64 letters, digits, '.', '_' "
+                "or '-', starting with a letter or digit"
+            )
+        self.namespace = namespace
+        self.prefix = f"llmr:{{{namespace}}}:"
+
+    def router(self, name: str) -> str:
+        return self.prefix + ROUTER_KEYS[name]
+
+    def model(self, name: str, model: str) -> str:
+        return self.prefix + MODEL_KEYS[name] + model
+
+    @property
+    def released_channel(self) -> str:
+        """Pub/sub channel on which every release of capacity is announced."""
+        return self.prefix + RELEASED_CHANNEL
+
+
+def lua_key_prelude() -> str:
+    """Lua that binds every key name from ``KEYS[1]``, the namespace prefix."""
+    lines = ["-- Generated from airflow_llm_router/engine/keys.py: key names live there.",
+             "local P = KEYS[1]"]
+    for var, suffix in ROUTER_KEYS.items():
+        lines.append(f"local {var} = P .. '{suffix}'")
+    for fn, infix in MODEL_KEYS.items():
+        lines.append(f"local function {fn}(m) return P .. '{infix}' .. m end")
+    lines.append(f"local CHANNEL = P .. '{RELEASED_CHANNEL}'")
+    return "\n".join(lines) + "\n"

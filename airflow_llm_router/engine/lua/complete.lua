@@ -1,0 +1,46 @@
+-- complete: settle a batch of leases. Frees each live lease's concurrency slot, replaces the
+-- estimate in the window with the actual tokens (if the entry is still in the window, also
+-- for a lease that already expired), and feeds the model's health.
+-- ARGV[2]: JSON [[lease id, input tokens, output tokens, outcome, retry after ms], ...]
+--          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
+-- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
+local items = cjson.decode(ARGV[2])
+
+local function settle(m, lid, inp, outp)
+  local cur = redis.call('HGET', K_WTOK(m), lid)
+  if not cur or inp < 0 or outp < 0 then return cur ~= false end
+  local s, a, b = string.match(cur, '^(%d+):(%d+):(%d+)$')
+  redis.call('HSET', K_WTOK(m), lid, (inp + outp) .. ':' .. inp .. ':' .. outp)
+  redis.call('HINCRBY', K_WTOK(m), '_s', inp + outp - tonumber(s))
+  redis.call('HINCRBY', K_WTOK(m), '_i', inp - tonumber(a))
+  redis.call('HINCRBY', K_WTOK(m), '_o', outp - tonumber(b))
+  return true
+end
+
+local out = {}
+for k, it in ipairs(items) do
+  local lid, inp, outp, outcome, retry = it[1], it[2], it[3], it[4], it[5]
+  local m = split_model(lid)
+  out[k] = 0
+  if m then
+    local in_window = settle(m, lid, inp, outp)
+    local info = redis.call('HGET', K_LEASES, lid)
+    local was_probe = false
+    if info then
+      local rec = cjson.decode(info)
+      was_probe = rec.p == 1
+      redis.call('ZREM', K_LIVE(m), lid)
+      redis.call('HDEL', K_LEASES, lid)
+      if redis.call('HGET', K_REQUESTS, rec.r) == lid then
+        redis.call('HDEL', K_REQUESTS, rec.r)
+      end
+      RELEASED = true
+      out[k] = 1
+    elseif in_window then
+      out[k] = 2
+    end
+    if out[k] > 0 then record_outcome(m, outcome, retry, was_probe) end
+  end
+end
+if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end
+return out

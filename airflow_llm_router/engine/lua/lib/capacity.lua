@@ -1,0 +1,79 @@
+-- Whether a request fits a model now, and if not, how long until it might (ms).
+-- need = {s = tokens, i = input tokens, o = output tokens}; res = capacity held back for
+-- waiters ranked ahead ({n, s, i, o} requests/tokens, same units). The wait is the real
+-- time until the window frees enough (the oldest entries leaving it), never a constant,
+-- except for slots freed by completions, which are announced on CHANNEL: there the wait
+-- is the earliest lease expiry, capped at MAX_WAIT.
+
+-- The first BOUND window entries, oldest first: {t, s, i, o} each. Cached per model.
+local function window_head(st)
+  if st.head then return st.head end
+  local raw = redis.call('ZRANGE', K_WIN(st.m), 0, BOUND - 1, 'WITHSCORES')
+  local ids, times = {}, {}
+  for k = 1, #raw, 2 do
+    ids[#ids + 1] = raw[k]
+    times[#times + 1] = tonumber(raw[k + 1])
+  end
+  local head = {}
+  if #ids > 0 then
+    local toks = redis.call('HMGET', K_WTOK(st.m), unpack(ids))
+    for k = 1, #ids do
+      local s, a, b = string.match(toks[k] or '0:0:0', '^(%d+):(%d+):(%d+)$')
+      head[k] = {t = times[k], s = tonumber(s), i = tonumber(a), o = tonumber(b)}
+    end
+  end
+  st.head = head
+  return head
+end
+
+-- ms until `excess` units of `field` ('n' counts entries) have left the window.
+local function window_wait(st, field, excess)
+  local freed = 0
+  for _, e in ipairs(window_head(st)) do
+    if field == 'n' then freed = freed + 1 else freed = freed + e[field] end
+    if freed >= excess then
+      return math.max(1, e.t + st.q.win + GUARD - NOW)
+    end
+  end
+  return MAX_WAIT
+end
+
+local function slot_wait(st)
+  local first = redis.call('ZRANGE', K_LIVE(st.m), 0, 0, 'WITHSCORES')
+  if #first == 0 then return 1 end
+  return math.max(1, math.min(MAX_WAIT, tonumber(first[2]) - NOW))
+end
+
+-- Returns 0 when the request fits now; otherwise (wait ms, reason).
+local function blocked(st, need, res)
+  local q = st.q
+  if st.cool > NOW then return st.cool - NOW, 'cooldown' end
+  if st.open > NOW then return st.open - NOW, 'breaker' end
+  if st.open > 0 and st.probe and redis.call('ZSCORE', K_LIVE(st.m), st.probe) then
+    return MAX_WAIT, 'breaker'
+  end
+  if st.live + 1 + res.n > q.conc then return slot_wait(st), 'concurrency' end
+  if st.n + 1 + res.n > q.rpm then
+    return window_wait(st, 'n', st.n + 1 + res.n - q.rpm), 'rpm'
+  end
+  if st.s + need.s + res.s > q.tpm then
+    return window_wait(st, 's', st.s + need.s + res.s - q.tpm), 'tpm'
+  end
+  if q.itpm and st.i + need.i + res.i > q.itpm then
+    return window_wait(st, 'i', st.i + need.i + res.i - q.itpm), 'input_tpm'
+  end
+  if q.otpm and st.o + need.o + res.o > q.otpm then
+    return window_wait(st, 'o', st.o + need.o + res.o - q.otpm), 'output_tpm'
+  end
+  return 0
+end
+
+-- Why a request could never fit this model, or nil.
+local function never_fits(st, need)
+  local q = st.q
+  if not q.on then return 'disabled' end
+  if need.s > q.tpm or (q.itpm and need.i > q.itpm) or (q.otpm and need.o > q.otpm) then
+    return 'too_large'
+  end
+  return nil
+end

@@ -1,0 +1,49 @@
+-- Weighted fair share between admissible models: start-time fair queueing, the virtual
+-- time form of weighted deficit round robin. Each model keeps a finish tag F; a request
+-- goes to the admissible model with the smallest start tag max(F, V), which then advances
+-- by 1 / weight. A model that was full or idle restarts at V: it gets its share, never a
+-- catch-up burst. Tags are cached in FAIR for the call and written back once.
+local FAIR = nil
+
+local function fair_load()
+  if FAIR then return FAIR end
+  FAIR = {tags = {}, changed = {}}
+  local raw = redis.call('HGETALL', K_FAIR)
+  for k = 1, #raw, 2 do FAIR.tags[raw[k]] = tonumber(raw[k + 1]) end
+  FAIR.v = FAIR.tags['_V'] or 0
+  return FAIR
+end
+
+-- Candidate models sorted by start tag (ties by name).
+local function fair_order(models)
+  local f = fair_load()
+  local list = {}
+  for k, m in ipairs(models) do
+    list[k] = {m = m, start = math.max(f.tags[m] or 0, f.v)}
+  end
+  table.sort(list, function(a, b)
+    if a.start ~= b.start then return a.start < b.start end
+    return a.m < b.m
+  end)
+  return list
+end
+
+local function fair_charge(m, weight)
+  local f = fair_load()
+  local start = math.max(f.tags[m] or 0, f.v)
+  f.v = start
+  f.tags[m] = start + 1 / weight
+  f.changed[m] = true
+end
+
+local function fair_save()
+  if not (FAIR and next(FAIR.changed)) then return end
+  local args = {}
+  for m in pairs(FAIR.changed) do
+    args[#args + 1] = m
+    args[#args + 1] = string.format('%.17g', FAIR.tags[m])
+  end
+  args[#args + 1] = '_V'
+  args[#args + 1] = string.format('%.17g', FAIR.v)
+  redis.call('HSET', K_FAIR, unpack(args))
+end

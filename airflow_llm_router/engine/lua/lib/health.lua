@@ -1,0 +1,25 @@
+-- Model health fed by call outcomes. 'rate_limited' (a 429) puts the model in cooldown for
+-- every caller, for the backend's Retry-After or COOLDOWN ms. BREAKER_FAILS 'error's in a
+-- row open the circuit breaker for BREAKER_OPEN ms; then one probe call is let through
+-- (half-open): its success closes the breaker, its failure opens it again.
+local function record_outcome(m, outcome, retry_ms, was_probe)
+  local h = m .. '|'
+  if outcome == 'ok' then
+    redis.call('HDEL', K_HEALTH, h .. 'fails')
+    if was_probe then redis.call('HDEL', K_HEALTH, h .. 'open', h .. 'probe') end
+    redis.call('HINCRBY', K_STATS, h .. 'completed', 1)
+  elseif outcome == 'rate_limited' then
+    local untl = NOW + ((retry_ms and retry_ms > 0) and retry_ms or COOLDOWN)
+    local cur = tonumber(redis.call('HGET', K_HEALTH, h .. 'cool')) or 0
+    if untl > cur then redis.call('HSET', K_HEALTH, h .. 'cool', int(untl)) end
+    redis.call('HINCRBY', K_STATS, h .. 'rate_limited', 1)
+  else
+    local fails = redis.call('HINCRBY', K_HEALTH, h .. 'fails', 1)
+    if was_probe or fails >= BREAKER_FAILS then
+      redis.call('HSET', K_HEALTH, h .. 'open', int(NOW + BREAKER_OPEN), h .. 'fails', 0)
+      redis.call('HDEL', K_HEALTH, h .. 'probe')
+      redis.call('HINCRBY', K_STATS, h .. 'breaker_opened', 1)
+    end
+    redis.call('HINCRBY', K_STATS, h .. 'errors', 1)
+  end
+end

@@ -1,0 +1,66 @@
+-- Per-model state, loaded at most once per script call and cached in STATE.
+-- Loading reclaims expired leases (freeing their slot but keeping their window usage: the
+-- provider may have served them) and trims the window log of entries older than
+-- window + guard ms. Both steps touch at most BOUND entries; leftovers only make the state
+-- more conservative until a later call trims them.
+local STATE = {}
+
+local function reclaim(m)
+  local live = K_LIVE(m)
+  local gone = redis.call('ZRANGEBYSCORE', live, '-inf', int(NOW), 'LIMIT', 0, BOUND)
+  if #gone == 0 then return end
+  local infos = redis.call('HMGET', K_LEASES, unpack(gone))
+  for i, lid in ipairs(gone) do
+    if infos[i] then
+      local rec = cjson.decode(infos[i])
+      if rec.r and redis.call('HGET', K_REQUESTS, rec.r) == lid then
+        redis.call('HDEL', K_REQUESTS, rec.r)
+      end
+    end
+  end
+  redis.call('ZREM', live, unpack(gone))
+  redis.call('HDEL', K_LEASES, unpack(gone))
+  redis.call('HINCRBY', K_STATS, m .. '|expired', #gone)
+  RELEASED = true
+end
+
+local function trim(m, win_ms)
+  local cutoff = NOW - win_ms - GUARD
+  local old = redis.call('ZRANGEBYSCORE', K_WIN(m), '-inf', int(cutoff), 'LIMIT', 0, BOUND)
+  if #old == 0 then return end
+  local toks = redis.call('HMGET', K_WTOK(m), unpack(old))
+  local ds, di, dout = 0, 0, 0
+  for i = 1, #old do
+    if toks[i] then
+      local s, a, b = string.match(toks[i], '^(%d+):(%d+):(%d+)$')
+      ds, di, dout = ds + tonumber(s), di + tonumber(a), dout + tonumber(b)
+    end
+  end
+  redis.call('ZREM', K_WIN(m), unpack(old))
+  redis.call('HDEL', K_WTOK(m), unpack(old))
+  redis.call('HINCRBY', K_WTOK(m), '_s', -ds)
+  redis.call('HINCRBY', K_WTOK(m), '_i', -di)
+  redis.call('HINCRBY', K_WTOK(m), '_o', -dout)
+end
+
+-- Returns the model's state table, or false when the model has no quota.
+local function load_model(m)
+  local st = STATE[m]
+  if st ~= nil then return st end
+  local raw = redis.call('HGET', K_QUOTAS, m)
+  if not raw then
+    STATE[m] = false
+    return false
+  end
+  st = {m = m, q = cjson.decode(raw)}
+  reclaim(m)
+  trim(m, st.q.win)
+  st.n = redis.call('ZCARD', K_WIN(m))
+  local tot = redis.call('HMGET', K_WTOK(m), '_s', '_i', '_o')
+  st.s, st.i, st.o = tonumber(tot[1]) or 0, tonumber(tot[2]) or 0, tonumber(tot[3]) or 0
+  st.live = redis.call('ZCARD', K_LIVE(m))
+  local h = redis.call('HMGET', K_HEALTH, m .. '|cool', m .. '|open', m .. '|probe')
+  st.cool, st.open, st.probe = tonumber(h[1]) or 0, tonumber(h[2]) or 0, h[3]
+  STATE[m] = st
+  return st
+end

@@ -1,0 +1,26 @@
+-- Clock and settings shared by every script. Units: milliseconds from Redis TIME (the one
+-- clock every caller shares), tokens as integers. BOUND caps the entries any one step may
+-- touch, so a call's cost never grows with a model's limit.
+-- ARGV[1] (every script): "lease_ttl|guard|max_wait|starve|waiter_ttl|cooldown|breaker_fails|breaker_open"
+local BOUND = 256
+local LEASE_TTL, GUARD, MAX_WAIT, STARVE, WAITER_TTL, COOLDOWN, BREAKER_FAILS, BREAKER_OPEN
+do
+  local v = {}
+  for x in string.gmatch(ARGV[1], '[^|]+') do v[#v + 1] = tonumber(x) end
+  LEASE_TTL, GUARD, MAX_WAIT, STARVE = v[1], v[2], v[3], v[4]
+  WAITER_TTL, COOLDOWN, BREAKER_FAILS, BREAKER_OPEN = v[5], v[6], v[7], v[8]
+end
+local NOW
+do
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local RELEASED = false
+
+local function split_model(lease_id)
+  return string.match(lease_id, '^(.*)#%d+$')
+end
+
+local function int(x)
+  return string.format('%d', x)
+end

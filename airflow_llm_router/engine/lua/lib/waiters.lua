@@ -1,0 +1,76 @@
+-- The queue of waiting requests, so that no prompt is passed forever. Rank: hot requests
+-- ahead of bulk ones (HOT_AHEAD ms of rank), then by when they first waited. A waiter ranked
+-- ahead of a request holds back, on each model it allows, the capacity it needs, when it is
+-- hot and the request is bulk, or when it has waited STARVE ms or more. A waiter that does
+-- not come back before its deadline (retry wait + WAITER_TTL ms) drops out.
+local HOT_AHEAD = 1e13
+local WAIT_SCAN = 32
+local QUEUE = nil
+
+local function waiters_load()
+  if QUEUE then return QUEUE end
+  local dead = redis.call('ZRANGEBYSCORE', K_WAIT_DEADLINES, '-inf', int(NOW), 'LIMIT', 0, BOUND)
+  if #dead > 0 then
+    redis.call('ZREM', K_WAITERS, unpack(dead))
+    redis.call('ZREM', K_WAIT_DEADLINES, unpack(dead))
+    redis.call('HDEL', K_WAIT_INFO, unpack(dead))
+  end
+  QUEUE = {}
+  local top = redis.call('ZRANGE', K_WAITERS, 0, WAIT_SCAN - 1, 'WITHSCORES')
+  if #top == 0 then return QUEUE end
+  local ids = {}
+  for k = 1, #top, 2 do ids[#ids + 1] = top[k] end
+  local infos = redis.call('HMGET', K_WAIT_INFO, unpack(ids))
+  for k, rid in ipairs(ids) do
+    if infos[k] then
+      local w = cjson.decode(infos[k])
+      w.rid, w.rank = rid, tonumber(top[2 * k])
+      if w.ms then
+        local allow = {}
+        for _, m in ipairs(w.ms) do allow[m] = true end
+        w.allow = allow
+      end
+      QUEUE[#QUEUE + 1] = w
+    end
+  end
+  return QUEUE
+end
+
+-- The rank a request has (or would have) in the queue.
+local function waiter_rank(rid, hot)
+  local r = redis.call('ZSCORE', K_WAITERS, rid)
+  if r then return tonumber(r) end
+  if hot then return NOW end
+  return NOW + HOT_AHEAD
+end
+
+-- Capacity on model m held back for waiters ranked ahead of `rank`.
+local function held_back(m, rank, rid, hot)
+  local res = {n = 0, s = 0, i = 0, o = 0}
+  for _, w in ipairs(waiters_load()) do
+    if w.rank >= rank then break end
+    if not w.done and w.rid ~= rid and (not w.allow or w.allow[m])
+        and ((w.h and not hot) or NOW - w.f >= STARVE) then
+      res.n, res.s, res.i, res.o = res.n + 1, res.s + w.s, res.i + w.i, res.o + w.o
+    end
+  end
+  return res
+end
+
+local function waiter_add(rid, rank, req, wait_ms)
+  local first = rank
+  if not req.hot then first = rank - HOT_AHEAD end
+  local info = {f = first, h = req.hot, s = req.s, i = req.i, o = req.o, ms = req.ms}
+  redis.call('ZADD', K_WAITERS, 'NX', int(rank), rid)
+  redis.call('HSET', K_WAIT_INFO, rid, cjson.encode(info))
+  redis.call('ZADD', K_WAIT_DEADLINES, int(NOW + wait_ms + WAITER_TTL), rid)
+end
+
+local function waiter_remove(rid)
+  redis.call('ZREM', K_WAITERS, rid)
+  redis.call('ZREM', K_WAIT_DEADLINES, rid)
+  redis.call('HDEL', K_WAIT_INFO, rid)
+  for _, w in ipairs(QUEUE or {}) do
+    if w.rid == rid then w.done = true end
+  end
+end

@@ -1,0 +1,25 @@
+-- stats: per-model usage in the current window and counters, as JSON. Loading a model
+-- reclaims its expired leases and trims its window first, so the figures are current.
+-- ARGV[2]: JSON [model, ...] or 0 for every model with a quota.
+local names = cjson.decode(ARGV[2])
+if type(names) ~= 'table' then names = redis.call('HKEYS', K_QUOTAS) end
+local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
+                  'expired', 'breaker_opened'}
+local out = {}
+for _, m in ipairs(names) do
+  local st = load_model(m)
+  if st then
+    local fields = {}
+    for k, c in ipairs(COUNTERS) do fields[k] = m .. '|' .. c end
+    local vals = redis.call('HMGET', K_STATS, unpack(fields))
+    local counters = {}
+    for k, c in ipairs(COUNTERS) do counters[c] = tonumber(vals[k]) or 0 end
+    local state = 'closed'
+    if st.open > NOW then state = 'open' elseif st.open > 0 then state = 'half_open' end
+    out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
+              in_flight = st.live, cooldown_ms = math.max(0, st.cool - NOW),
+              breaker = state, counters = counters}
+  end
+end
+if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end
+return cjson.encode({now = NOW, waiting = redis.call('ZCARD', K_WAITERS), models = out})

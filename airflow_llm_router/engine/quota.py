@@ -1,0 +1,127 @@
+"""Per-model quotas: what the router enforces, validated before it reaches Redis."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from airflow_llm_router.exceptions import QuotaValidationError
+
+__all__ = ["MODEL_NAME_RE", "ModelQuota", "validate_model_name"]
+
+#: Model names become part of Redis keys and lease ids: no braces (hash tags), no '#'
+#: (lease ids), no '|' (counters), no spaces.
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+
+_FIXES = {
+    "rpm": "a whole number of requests per window, at least 1",
+    "tpm": "a whole number of tokens (input + output) per window, at least 1",
+    "max_concurrency": "a whole number of calls in flight, at least 1",
+    "input_tpm": "a whole number of input tokens per window, at least 1, or null",
+    "output_tpm": "a whole number of output tokens per window, at least 1, or null",
+    "weight": "a number above 0 (the model's share among admissible models)",
+    "enabled": "true or false",
+    "window_s": "the window length in seconds, above 0 (60 for per-minute limits)",
+}
+
+PositiveCount = Annotated[int, Field(strict=True, gt=0)]
+
+
+class ModelQuota(BaseModel):
+    """The traffic target of one model, enforced over a sliding window of ``window_s``.
+
+    :param rpm: requests admitted per window.
+    :param tpm: tokens (input + output, estimates until settled) admitted per window.
+    :param max_concurrency: calls in flight at any instant.
+    :param weight: share among admissible models when several could take a request.
+    :param enabled: a disabled model admits nothing.
+    :param window_s: window length in seconds (60 for per-minute limits).
+    :param input_tpm: optional separate limit on input tokens per window.
+    :param output_tpm: optional separate limit on output tokens per window.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rpm: PositiveCount
+    tpm: PositiveCount
+    max_concurrency: PositiveCount
+    weight: Annotated[float, Field(strict=True, gt=0, le=1e6)] = 1.0
+    enabled: Annotated[bool, Field(strict=True)] = True
+    window_s: Annotated[float, Field(strict=True, gt=0, le=86400)] = 60.0
+    input_tpm: PositiveCount | None = None
+    output_tpm: PositiveCount | None = None
+
+    @field_validator("window_s")
+    @classmethod
+    def _window_at_least_a_millisecond(cls, value: float) -> float:
+        if value < 0.001:
+            raise ValueError("must be at least 0.001 s")
+        return value
+
+    @classmethod
+    def parse(cls, data: Any) -> ModelQuota:
+        """Validate a mapping (or a JSON string) into a quota, with errors that name the field."""
+        try:
+            if isinstance(data, (str, bytes)):
+                return cls.model_validate_json(data)
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise QuotaValidationError(_describe(err)) from err
+
+    def to_redis(self) -> str:
+        """The compact JSON the Lua scripts read (window in whole milliseconds)."""
+        doc: dict[str, Any] = {
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "conc": self.max_concurrency,
+            "w": self.weight,
+            "on": self.enabled,
+            "win": max(1, round(self.window_s * 1000)),
+        }
+        if self.input_tpm is not None:
+            doc["itpm"] = self.input_tpm
+        if self.output_tpm is not None:
+            doc["otpm"] = self.output_tpm
+        return json.dumps(doc, separators=(",", ":"))
+
+    @classmethod
+    def from_redis(cls, raw: str | bytes) -> ModelQuota:
+        doc = json.loads(raw)
+        return cls(
+            rpm=doc["rpm"],
+            tpm=doc["tpm"],
+            max_concurrency=doc["conc"],
+            weight=float(doc["w"]),
+            enabled=bool(doc["on"]),
+            window_s=doc["win"] / 1000,
+            input_tpm=doc.get("itpm"),
+            output_tpm=doc.get("otpm"),
+        )
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = e["loc"]
+        field = ".".join(str(p) for p in loc) or "quota"
+        if e["type"] == "extra_forbidden":
+            hint = f"remove it; known fields are {', '.join(ModelQuota.model_fields)}"
+        elif loc and loc[0] in _FIXES:
+            hint = f"expected {_FIXES[str(loc[0])]}"
+        else:
+            hint = ""
+        parts.append(f"{field}: {e['msg']}" + (f" ({hint})" if hint else ""))
+    return "invalid quota: " + "; ".join(parts)
+
+
+def validate_model_name(model: str) -> str:
+    """Return ``model`` if it can be used in keys and lease ids, else raise naming the rule."""
+    if not isinstance(model, str) or not MODEL_NAME_RE.match(model):
+        raise QuotaValidationError(
+            f"model: {model!r} is not a valid model name (use 1-128 letters, digits or "
+            "'. _ : / @ + -', starting with a letter or digit)"
+        )
+    return model

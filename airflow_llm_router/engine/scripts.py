@@ -1,0 +1,32 @@
+"""The Lua scripts, assembled from the ``lua/`` files: key prelude + libraries + operation.
+
+Each operation becomes one script, registered once per client and called by SHA (redis-py
+falls back to SCRIPT LOAD on NOSCRIPT). Sync and async clients register the same text.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from airflow_llm_router.engine.keys import lua_key_prelude
+
+__all__ = ["OPERATIONS", "script_source"]
+
+OPERATIONS = ("admit", "complete", "heartbeat", "set_quota", "delete_quota", "stats", "cancel")
+_LIBRARIES = ("prelude", "model_state", "capacity", "fair", "waiters", "health")
+
+
+def _read(name: str) -> str:
+    return resources.files("airflow_llm_router.engine").joinpath("lua", name).read_text()
+
+
+@cache
+def script_source(operation: str) -> str:
+    """The full Lua text of one operation."""
+    if operation not in OPERATIONS:
+        raise KeyError(f"unknown router operation {operation!r}")
+    parts = [lua_key_prelude()]
+    parts += [_read(f"lib/{lib}.lua") for lib in _LIBRARIES]
+    parts.append(_read(f"{operation}.lua"))
+    return "\n".join(parts)

@@ -1,0 +1,65 @@
+"""Live usage per model, as read from the engine (the router's view, not the backend's)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_llm_router.engine.quota import ModelQuota
+
+__all__ = ["ModelStats", "RouterStats"]
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """One model's current window and counters since the namespace was created."""
+
+    model: str
+    quota: ModelQuota | None
+    requests: int
+    tokens: int
+    input_tokens: int
+    output_tokens: int
+    in_flight: int
+    cooldown_ms: int
+    breaker: str
+    counters: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["quota"] = self.quota.model_dump() if self.quota else None
+        return doc
+
+
+@dataclass(frozen=True)
+class RouterStats:
+    """Every model's stats, the number of waiting requests and the engine's clock (ms)."""
+
+    now_ms: int
+    waiting: int
+    models: dict[str, ModelStats]
+
+    @classmethod
+    def from_reply(cls, doc: dict[str, Any], quotas: dict[str, ModelQuota]) -> RouterStats:
+        models = {}
+        for name, m in sorted((doc.get("models") or {}).items()):
+            models[name] = ModelStats(
+                model=name,
+                quota=quotas.get(name),
+                requests=int(m["requests"]),
+                tokens=int(m["tokens"]),
+                input_tokens=int(m["input_tokens"]),
+                output_tokens=int(m["output_tokens"]),
+                in_flight=int(m["in_flight"]),
+                cooldown_ms=int(m["cooldown_ms"]),
+                breaker=str(m["breaker"]),
+                counters={k: int(v) for k, v in (m.get("counters") or {}).items()},
+            )
+        return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now_ms": self.now_ms,
+            "waiting": self.waiting,
+            "models": {k: v.to_dict() for k, v in self.models.items()},
+        }

@@ -1,0 +1,116 @@
+"""Values that cross the router's API: requests, decisions, settings."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Priority = Literal["bulk", "hot"]
+Outcome = Literal["ok", "rate_limited", "error"]
+
+__all__ = [
+    "Admission",
+    "AdmitRequest",
+    "Outcome",
+    "Priority",
+    "Rejection",
+    "RouterSettings",
+    "Wait",
+]
+
+
+class RouterSettings(BaseModel):
+    """How one router namespace behaves; every caller of a namespace should agree.
+
+    :param namespace: the Redis key namespace (one router = one namespace).
+    :param lease_ttl_s: a lease not heartbeated or completed within this frees its slot.
+    :param guard_ms: extra time an admission stays in a window, covering the delay between
+        admission and the call reaching the backend (costs guard/window of utilisation).
+    :param max_wait_ms: the longest wait ``admit`` tells a caller to sleep before retrying
+        when only a release (announced on the channel) could make room.
+    :param starve_ms: after waiting this long, a request holds back capacity from requests
+        ranked behind it, so large prompts are not passed forever.
+    :param waiter_ttl_ms: a waiter that does not retry within its wait plus this drops out.
+    :param cooldown_ms: cooldown after a 429 that carried no Retry-After.
+    :param breaker_failures: consecutive errors that open a model's circuit breaker.
+    :param breaker_open_ms: how long an open breaker refuses calls before a probe.
+    :param jitter: waits are stretched by up to this fraction, so waiters don't stampede.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = "default"
+    lease_ttl_s: float = Field(30.0, gt=0)
+    guard_ms: int = Field(50, ge=0)
+    max_wait_ms: int = Field(2000, gt=0)
+    starve_ms: int = Field(10_000, ge=0)
+    waiter_ttl_ms: int = Field(5000, gt=0)
+    cooldown_ms: int = Field(1000, gt=0)
+    breaker_failures: int = Field(5, ge=1)
+    breaker_open_ms: int = Field(30_000, gt=0)
+    jitter: float = Field(0.1, ge=0, le=1)
+
+
+@dataclass(frozen=True)
+class AdmitRequest:
+    """One prompt asking for capacity.
+
+    :param estimated_tokens: input + output tokens expected (settled later with actuals).
+    :param estimated_output_tokens: the output share of the estimate, when known; needed only
+        for models with separate input/output limits (without it the whole estimate counts
+        against each).
+    :param models: ``None`` for any model, else the allowed models.
+    :param ordered: with ``models``, try them in order (overflow); otherwise share by weight.
+    :param priority: ``"hot"`` is admitted ahead of ``"bulk"``.
+    :param request_id: makes a retried admission idempotent; also the prompt's place in the
+        wait queue, so reuse it for every retry of the same prompt.
+    """
+
+    estimated_tokens: int
+    estimated_output_tokens: int | None = None
+    models: tuple[str, ...] | None = None
+    ordered: bool = True
+    priority: Priority = "bulk"
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Capacity reserved on ``model``; call it now and then ``complete(lease_id, ...)``."""
+
+    model: str
+    lease_id: str
+    lease_ttl_s: float
+    request_id: str
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class Wait:
+    """No capacity now: retry after ``retry_after_ms`` (already jittered) or on a release."""
+
+    retry_after_ms: int
+    reason: str
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """No allowed model could ever admit the request (``reason`` says why)."""
+
+    reason: str
+    detail: str
+    request_id: str
+
+    def message(self) -> str:
+        return {
+            "unknown_model": f"model {self.detail!r} has no quota: set one with set_quota(), "
+            "or remove it from the request's models",
+            "too_large": f"the estimate exceeds the token limit of every allowed model "
+            f"(e.g. {self.detail!r}): split the prompt or raise the model's tpm",
+            "all_disabled": "every allowed model is disabled: enable one or allow others",
+            "no_models": "no model has a quota yet: set one with set_quota()",
+        }.get(self.reason, f"rejected: {self.reason} {self.detail}")

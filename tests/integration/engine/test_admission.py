@@ -1,0 +1,171 @@
+"""Admission decisions: limits, waits, model choice, idempotency, impossible requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
+from airflow_llm_router.exceptions import ImpossibleRequestError
+
+BIG = {"rpm": 10**6, "tpm": 10**9, "max_concurrency": 10**5}
+
+
+def test_rpm_limit_then_wait_until_oldest_leaves(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 3, "tpm": 10**6, "max_concurrency": 100, "window_s": 10})
+    decisions = [router.admit(10) for _ in range(4)]
+    assert [type(d) for d in decisions] == [Admission] * 3 + [Wait]
+    wait = decisions[3]
+    assert isinstance(wait, Wait)
+    assert wait.reason == "rpm"
+    # the oldest admission leaves the window after window + guard: ~10 s, jittered up to 10 %
+    assert 9_000 < wait.retry_after_ms <= 11_100
+
+
+def test_tpm_limit_counts_estimates(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 100, "tpm": 250, "max_concurrency": 100, "window_s": 10})
+    assert isinstance(router.admit(100), Admission)
+    assert isinstance(router.admit(100), Admission)
+    wait = router.admit(100)
+    assert isinstance(wait, Wait) and wait.reason == "tpm"
+    assert isinstance(router.admit(50), Admission)  # a smaller one still fits
+
+
+def test_settling_replaces_estimate_with_actual(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 100, "tpm": 300, "max_concurrency": 100, "window_s": 10})
+    first = router.admit(200)
+    assert isinstance(first, Admission)
+    assert isinstance(router.admit(200), Wait)
+    assert router.complete(first.lease_id, 30, 20) == "released"
+    assert router.stats().models["a"].tokens == 50
+    assert isinstance(router.admit(200), Admission)
+
+
+def test_concurrency_limit_and_release(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 100, "tpm": 10**6, "max_concurrency": 2})
+    a, b = router.admit(1), router.admit(1)
+    assert isinstance(a, Admission) and isinstance(b, Admission)
+    wait = router.admit(1)
+    assert isinstance(wait, Wait) and wait.reason == "concurrency"
+    router.complete(a.lease_id, 1, 0)
+    assert isinstance(router.admit(1), Admission)
+
+
+def test_separate_input_and_output_limits(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 100, "tpm": 10_000, "max_concurrency": 100,
+                           "input_tpm": 1000, "output_tpm": 100})
+    ok = router.admit(500, estimated_output_tokens=80)
+    assert isinstance(ok, Admission)
+    wait = router.admit(500, estimated_output_tokens=80)
+    assert isinstance(wait, Wait) and wait.reason == "output_tpm"
+    assert isinstance(router.admit(400, estimated_output_tokens=20), Admission)
+    wait = router.admit(300, estimated_output_tokens=0)
+    assert isinstance(wait, Wait) and wait.reason == "input_tpm"
+
+
+def test_ordered_models_overflow_in_order(router: RouterClient) -> None:
+    router.set_quota("first", {"rpm": 2, "tpm": 10**6, "max_concurrency": 10})
+    router.set_quota("second", {"rpm": 2, "tpm": 10**6, "max_concurrency": 10})
+    router.set_quota("third", BIG)
+    chosen = [router.admit(1, models=["first", "second"]) for _ in range(5)]
+    assert [getattr(d, "model", None) for d in chosen] == [
+        "first", "first", "second", "second", None]
+    assert isinstance(chosen[4], Wait)
+
+
+def test_weights_set_the_share(router: RouterClient) -> None:
+    weights = {"w1": 1.0, "w2": 2.0, "w3": 3.0}
+    for model, weight in weights.items():
+        router.set_quota(model, {**BIG, "weight": weight})
+    counts = dict.fromkeys(weights, 0)
+    for _ in range(30):
+        decisions = router.admit_many([AdmitRequest(10) for _ in range(200)])
+        for d in decisions:
+            assert isinstance(d, Admission)
+            counts[d.model] += 1
+    total = sum(counts.values())
+    for model, weight in weights.items():
+        expected = weight / sum(weights.values())
+        assert abs(counts[model] / total - expected) <= 0.05 * expected, counts
+
+
+def test_unordered_subset_shares_by_weight(router: RouterClient) -> None:
+    router.set_quota("x", {**BIG, "weight": 1.0})
+    router.set_quota("y", {**BIG, "weight": 3.0})
+    router.set_quota("z", {**BIG, "weight": 100.0})
+    decisions = router.admit_many(
+        [AdmitRequest(1, models=("x", "y"), ordered=False) for _ in range(400)])
+    models = [d.model for d in decisions if isinstance(d, Admission)]
+    assert models.count("z") == 0
+    assert models.count("y") == 300 and models.count("x") == 100
+
+
+def test_idempotent_request_id(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 10, "tpm": 1000, "max_concurrency": 5})
+    first = router.admit(100, request_id="prompt-1")
+    again = router.admit(100, request_id="prompt-1")
+    assert isinstance(first, Admission) and isinstance(again, Admission)
+    assert again.lease_id == first.lease_id and again.reused and not first.reused
+    stats = router.stats().models["a"]
+    assert (stats.requests, stats.tokens, stats.in_flight) == (1, 100, 1)
+    router.complete(first.lease_id, 50, 50)
+    fresh = router.admit(100, request_id="prompt-1")
+    assert isinstance(fresh, Admission) and fresh.lease_id != first.lease_id
+
+
+@pytest.mark.parametrize(
+    ("quotas", "kwargs", "reason"),
+    [
+        ({"a": BIG}, {"models": ["nope"]}, "unknown_model"),
+        ({"a": {**BIG, "tpm": 100}}, {}, "too_large"),
+        ({"a": {**BIG, "enabled": False}}, {}, "all_disabled"),
+        ({}, {}, "no_models"),
+        ({"a": {**BIG, "tpm": 100}, "b": {**BIG, "enabled": False}}, {}, "too_large"),
+    ],
+)
+def test_impossible_requests_raise_at_once(
+    router: RouterClient, quotas: dict, kwargs: dict, reason: str
+) -> None:
+    for model, quota in quotas.items():
+        router.set_quota(model, quota)
+    with pytest.raises(ImpossibleRequestError) as err:
+        router.admit(500, **kwargs)
+    assert err.value.reason == reason
+    assert str(err.value)  # a message that says what to do
+
+
+def test_too_large_for_one_model_goes_to_another(router: RouterClient) -> None:
+    router.set_quota("small", {**BIG, "tpm": 100, "weight": 100.0})
+    router.set_quota("large", BIG)
+    decision = router.admit(500)
+    assert isinstance(decision, Admission) and decision.model == "large"
+
+
+def test_admit_many_mixes_decisions_without_raising(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 100, "tpm": 10**6, "max_concurrency": 3})
+    requests = [AdmitRequest(10) for _ in range(5)] + [AdmitRequest(10, models=("ghost",))]
+    decisions = router.admit_many(requests)
+    assert [type(d) for d in decisions] == [Admission] * 3 + [Wait] * 2 + [Rejection]
+    assert [d.request_id for d in decisions] == [r.request_id for r in requests]
+
+
+def test_disabled_model_is_skipped(router: RouterClient) -> None:
+    router.set_quota("on", BIG)
+    router.set_quota("off", {**BIG, "enabled": False, "weight": 1000.0})
+    assert {router.admit(1).model for _ in range(5)} == {"on"}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"estimated_tokens": 0}, "estimated_tokens"),
+        ({"estimated_tokens": 10, "estimated_output_tokens": 11}, "estimated_output_tokens"),
+        ({"estimated_tokens": 10, "priority": "urgent"}, "priority"),
+        ({"estimated_tokens": 10, "models": []}, "models"),
+        ({"estimated_tokens": 10, "models": ["bad{tag}"]}, "model"),
+    ],
+)
+def test_bad_admit_input_names_the_field(router: RouterClient, kwargs: dict, field: str) -> None:
+    router.set_quota("a", BIG)
+    with pytest.raises(ValueError, match=field):
+        router.admit(**kwargs)
