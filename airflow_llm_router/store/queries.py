@@ -1,0 +1,182 @@
+"""The SQL of the task store, composed once per table with safely quoted identifiers.
+
+Every write that takes a claim token is *fenced*: it matches ``status = 'claimed' AND
+claim_token = <token>``, so a worker whose claim was taken over can no longer touch the row.
+Bulk writes pass parallel arrays through ``unnest`` so a chunk is one statement and one
+round trip, however many tasks it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from airflow_llm_router.store.schema import TableNames
+
+#: Columns of a claimed task, in :class:`~airflow_llm_router.store.models.ClaimedTask` order.
+CLAIMED_COLUMNS = (
+    "t.id, t.prompt, t.kind, t.priority, t.allowed_models, t.attempts, t.max_attempts, "
+    "t.claim_token::text, t.metadata"
+)
+
+#: Columns of a full row, in :class:`~airflow_llm_router.store.models.TaskRow` order.
+ROW_COLUMNS = (
+    "t.id, t.prompt, t.kind, t.priority, t.allowed_models, t.status, t.attempts, "
+    "t.max_attempts, t.claim_token::text, t.claimed_by, t.claim_expires_at, t.answer, t.model, "
+    "t.input_tokens, t.output_tokens, t.last_error, t.created_at, t.updated_at, t.solved_at, "
+    "t.metadata"
+)
+
+_CLEAR_CLAIM = "claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, updated_at = now()"
+
+_ENQUEUE = """
+INSERT INTO {tasks} (prompt, kind, priority, allowed_models, max_attempts, metadata)
+SELECT u.prompt, %(kind)s, %(priority)s, %(allowed_models)s::text[], %(max_attempts)s,
+       u.metadata::jsonb
+  FROM unnest(%(prompts)s::text[], %(metadata)s::text[]) WITH ORDINALITY AS u(prompt, metadata, ord)
+ ORDER BY u.ord
+RETURNING id
+"""
+
+# Claims that expired on their last allowed attempt are dead-lettered, a bounded batch at a
+# time, before claiming; otherwise they would be handed out again for an attempt too many.
+_DEAD_LETTER_EXPIRED = """
+WITH doomed AS (
+    SELECT id FROM {tasks}
+     WHERE status = 'claimed' AND claim_expires_at < now() AND attempts >= max_attempts
+     ORDER BY claim_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {tasks} AS t
+   SET status = 'dead',
+       last_error = format(
+           'claims expired: attempt %%s of %%s (by %%s) ended without a result '
+           'and no attempts are left', t.attempts, t.max_attempts,
+           coalesce(t.claimed_by, 'unknown'))
+           || coalesce('; previous error: ' || left(t.last_error, 2000), ''),
+       {clear_claim}
+  FROM doomed
+ WHERE t.id = doomed.id
+"""
+
+# Two index scans, each stopping after n rows: pending rows in lane order, and expired claims
+# (still within max_attempts) by expiry. The n best of both, hot first then oldest, win.
+# Rows locked by another claimer are skipped, never waited for.
+_CLAIM = """
+WITH pending AS (
+    SELECT id, priority_rank FROM {tasks}
+     WHERE status = 'pending'
+     ORDER BY priority_rank, id
+     LIMIT %(n)s
+       FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, priority_rank FROM {tasks}
+     WHERE status = 'claimed' AND claim_expires_at < now() AND attempts < max_attempts
+     ORDER BY claim_expires_at
+     LIMIT %(n)s
+       FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS candidates
+     ORDER BY priority_rank, id
+     LIMIT %(n)s
+)
+UPDATE {tasks} AS t
+   SET status = 'claimed',
+       claim_token = gen_random_uuid(),
+       attempts = t.attempts + 1,
+       claimed_by = %(worker_id)s,
+       claim_expires_at = now() + make_interval(secs => %(ttl)s),
+       updated_at = now()
+  FROM picked
+ WHERE t.id = picked.id
+RETURNING {columns}, t.priority_rank
+"""
+
+_COMPLETE = """
+UPDATE {tasks} AS t
+   SET status = 'solved', answer = r.answer, model = r.model,
+       input_tokens = r.input_tokens, output_tokens = r.output_tokens,
+       solved_at = now(), {clear_claim}
+  FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::int[], %s::int[])
+       AS r(id, token, answer, model, input_tokens, output_tokens)
+ WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+RETURNING t.id
+"""
+
+_FAIL = """
+UPDATE {tasks} AS t
+   SET status = CASE WHEN r.retryable AND t.attempts < t.max_attempts
+                     THEN 'pending' ELSE 'dead' END,
+       last_error = r.error, {clear_claim}
+  FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::boolean[]) AS r(id, token, error, retryable)
+ WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+RETURNING t.id, t.status
+"""
+
+_RELEASE = """
+UPDATE {tasks} AS t
+   SET status = 'pending', attempts = greatest(t.attempts - 1, 0), {clear_claim}
+  FROM unnest(%s::bigint[], %s::uuid[]) AS r(id, token)
+ WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+RETURNING t.id
+"""
+
+_EXTEND = """
+UPDATE {tasks} AS t
+   SET claim_expires_at = now() + make_interval(secs => %s), updated_at = now()
+  FROM unnest(%s::bigint[], %s::uuid[]) AS r(id, token)
+ WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+RETURNING t.id
+"""
+
+_COUNTS = "SELECT status, count(*) FROM {tasks} GROUP BY status"
+
+# Both counts are answered from the partial indexes; solved and dead rows are never read.
+_BACKLOG = """
+SELECT (SELECT count(*) FROM {tasks} WHERE status = 'pending')
+     + (SELECT count(*) FROM {tasks} WHERE status = 'claimed' AND claim_expires_at < now())
+"""
+
+_GET = "SELECT {columns} FROM {tasks} AS t WHERE t.id = %s"
+
+
+@dataclass(frozen=True)
+class Queries:
+    """All statements of one task store, composed for its schema and table."""
+
+    enqueue: sql.Composed
+    notify: sql.SQL
+    dead_letter_expired: sql.Composed
+    claim: sql.Composed
+    complete: sql.Composed
+    fail: sql.Composed
+    release: sql.Composed
+    extend: sql.Composed
+    counts: sql.Composed
+    backlog: sql.Composed
+    get: sql.Composed
+
+    @classmethod
+    def build(cls, names: TableNames) -> Queries:
+        def compose(template: str) -> sql.Composed:
+            return sql.SQL(template).format(
+                tasks=names.tasks,
+                clear_claim=sql.SQL(_CLEAR_CLAIM),
+                columns=sql.SQL(CLAIMED_COLUMNS if template is _CLAIM else ROW_COLUMNS),
+            )
+
+        return cls(
+            enqueue=compose(_ENQUEUE),
+            notify=sql.SQL("SELECT pg_notify(%s, %s)"),
+            dead_letter_expired=compose(_DEAD_LETTER_EXPIRED),
+            claim=compose(_CLAIM),
+            complete=compose(_COMPLETE),
+            fail=compose(_FAIL),
+            release=compose(_RELEASE),
+            extend=compose(_EXTEND),
+            counts=compose(_COUNTS),
+            backlog=compose(_BACKLOG),
+            get=compose(_GET),
+        )

@@ -1,0 +1,453 @@
+"""The PostgreSQL task store: enqueue prompts, claim small chunks, write results back.
+
+One :class:`TaskStore` owns one connection (opened on first use) and runs every call in its
+own short transaction, so it is cheap to keep for a whole operator run. It is meant for one
+thread; threads that claim in parallel each make their own store (claims never collide:
+``FOR UPDATE SKIP LOCKED`` hands each row to one claimer).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from airflow_llm_router.exceptions import TaskStoreError
+from airflow_llm_router.store import models
+from airflow_llm_router.store.errors import TaskValidationError
+from airflow_llm_router.store.models import (
+    STATUSES,
+    ClaimedTask,
+    TaskFailure,
+    TaskResult,
+    TaskRow,
+)
+from airflow_llm_router.store.queries import Queries
+from airflow_llm_router.store.schema import TableNames, migrate
+
+log = logging.getLogger(__name__)
+
+#: Most expired, exhausted claims dead-lettered per :meth:`TaskStore.claim` (at least ``n``).
+DEAD_LETTER_BATCH = 100
+
+#: libpq settings an Airflow connection may carry in its extras that ``get_uri()`` drops.
+_LIBPQ_EXTRAS = (
+    "sslmode",
+    "sslcert",
+    "sslkey",
+    "sslrootcert",
+    "sslcrl",
+    "connect_timeout",
+    "options",
+    "application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "target_session_attrs",
+)
+
+_SCHEME = re.compile(r"^postgres(?:ql)?(?:\+[a-z0-9_]+)?://", re.IGNORECASE)
+
+
+class TaskStore:
+    """The backlog of LLM tasks in ``<schema>.<table>``.
+
+    :param dsn: a libpq connection string or ``postgresql://`` URI. Never logged.
+    :param schema: schema holding the tasks table and ``schema_version``; lower-case
+        identifier, created by :meth:`migrate`.
+    :param table: name of the tasks table; lower-case identifier.
+    :raises TaskValidationError: if ``schema`` or ``table`` is not a safe identifier.
+    """
+
+    def __init__(self, dsn: str, *, schema: str = "llm_router", table: str = "tasks") -> None:
+        self._names = TableNames(schema=schema, table=table)
+        self._queries = Queries.build(self._names)
+        self._dsn = dsn
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @classmethod
+    def from_conn_id(cls, postgres_conn_id: str = "postgres_default", **kw: Any) -> TaskStore:
+        """Build a store from an Airflow Postgres connection.
+
+        :param postgres_conn_id: the Airflow connection id.
+        :param kw: ``schema`` and ``table``, passed to the constructor.
+        """
+        from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+        hook = PostgresHook(postgres_conn_id=postgres_conn_id)
+        uri = _SCHEME.sub("postgresql://", hook.get_uri(), count=1)
+        extras = hook.connection.extra_dejson or {}
+        given = conninfo_to_dict(uri)
+        missing = {
+            key: str(extras[key])
+            for key in _LIBPQ_EXTRAS
+            if key in extras and extras[key] is not None and key not in given
+        }
+        dsn = make_conninfo(uri, **missing) if missing else uri
+        return cls(dsn, **kw)
+
+    # --- identity and connection ----------------------------------------------------------
+
+    @property
+    def schema(self) -> str:
+        return self._names.schema
+
+    @property
+    def table(self) -> str:
+        return self._names.table
+
+    @property
+    def notify_channel(self) -> str:
+        """The channel :meth:`enqueue` notifies (payload: number of new tasks); LISTEN on it."""
+        return self._names.notify_channel
+
+    def __repr__(self) -> str:
+        return f"TaskStore(schema={self.schema!r}, table={self.table!r})"
+
+    def __enter__(self) -> TaskStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection; the store reconnects if used again."""
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            conn.close()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            params = conninfo_to_dict(self._dsn)
+            params.setdefault("application_name", "airflow-llm-router")
+            params.setdefault("connect_timeout", 10)
+            try:
+                self._conn = psycopg.connect(autocommit=False, **params)
+            except psycopg.OperationalError as err:
+                raise TaskStoreError(f"cannot connect to the task store: {err}") from err
+        return self._conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One short transaction; database errors come out as :class:`TaskStoreError`."""
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                yield conn
+        except pg_errors.UndefinedTable as err:
+            raise TaskStoreError(
+                f"table {self.schema}.{self.table} does not exist; "
+                "call TaskStore.migrate() once before using the store"
+            ) from err
+        except psycopg.OperationalError as err:
+            if conn.broken or conn.closed:
+                self._conn = None
+            raise TaskStoreError(f"task store connection failed: {err}") from err
+
+    # --- schema ---------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Create or upgrade the schema; idempotent and safe to run concurrently.
+
+        :return: the schema version now in place.
+        """
+        try:
+            return migrate(self._connection(), self._names)
+        except psycopg.OperationalError as err:
+            raise TaskStoreError(f"task store migration failed: {err}") from err
+
+    # --- writes by producers ----------------------------------------------------------------
+
+    def enqueue(
+        self,
+        prompts: Sequence[str],
+        *,
+        priority: str = "bulk",
+        allowed_models: Sequence[str] | None = None,
+        kind: str = "default",
+        max_attempts: int = 5,
+        metadata: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """Add tasks in one statement and notify :attr:`notify_channel` on commit.
+
+        :param prompts: the prompts, one task each.
+        :param priority: ``'hot'`` (claimed before any bulk task) or ``'bulk'``.
+        :param allowed_models: None for any model, or models in order of preference.
+        :param kind: free label of the task type (token estimates learn per kind).
+        :param max_attempts: claims allowed before the task is dead-lettered; >= 1.
+        :param metadata: one JSON dict for all tasks, or a list with one per prompt.
+        :return: the new ids, in the order of ``prompts``.
+        :raises TaskValidationError: naming the first invalid argument.
+        """
+        checked = models.validate_prompts(prompts)
+        params = {
+            "priority": models.validate_priority(priority),
+            "allowed_models": models.validate_allowed_models(allowed_models),
+            "kind": models.validate_kind(kind),
+            "max_attempts": models.validate_max_attempts(max_attempts),
+            "metadata": models.validate_metadata(metadata, len(checked)),
+            "prompts": checked,
+        }
+        if not checked:
+            return []
+        with self._transaction() as conn:
+            rows = conn.execute(self._queries.enqueue, params).fetchall()
+            conn.execute(self._queries.notify, (self.notify_channel, str(len(rows))))
+        # Ids come from one sequence in insertion order, so sorting restores prompt order.
+        ids = sorted(row[0] for row in rows)
+        log.debug("Enqueued %d %s tasks into %s.%s", len(ids), priority, self.schema, self.table)
+        return ids
+
+    # --- the claim cycle ---------------------------------------------------------------------
+
+    def claim(self, n: int, *, worker_id: str, claim_ttl_s: float) -> list[ClaimedTask]:
+        """Claim up to ``n`` tasks, hot first, then oldest.
+
+        Eligible are pending tasks and claimed tasks whose claim expired (their worker is
+        presumed gone). Each claim counts an attempt and gets a fresh ``claim_token``.
+        Expired claims that used their last attempt are dead-lettered instead.
+
+        :param n: most tasks to claim; 0 returns ``[]`` without touching the database.
+        :param worker_id: who claims, stored in ``claimed_by`` for diagnostics.
+        :param claim_ttl_s: seconds until the claim expires unless extended
+            (:meth:`extend_claims`).
+        :return: the claimed tasks in claim order; fewer than ``n`` (maybe none) if the
+            backlog is short or other claimers hold the rest.
+        """
+        models.validate_claim_args(n, worker_id, claim_ttl_s)
+        if n == 0:
+            return []
+        with self._transaction() as conn:
+            dead = conn.execute(
+                self._queries.dead_letter_expired, {"limit": max(n, DEAD_LETTER_BATCH)}
+            ).rowcount
+            rows = conn.execute(
+                self._queries.claim,
+                {"n": n, "worker_id": worker_id, "ttl": float(claim_ttl_s)},
+            ).fetchall()
+        if dead:
+            log.warning("Dead-lettered %d tasks whose last claim expired", dead)
+        rows.sort(key=lambda row: (row[-1], row[0]))
+        return [_claimed_task(row) for row in rows]
+
+    def complete(
+        self,
+        task_id: int,
+        claim_token: str,
+        *,
+        answer: str,
+        model: str,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> bool:
+        """Store the answer if ``claim_token`` is still the task's current claim.
+
+        :return: True if written; False if the claim was superseded (the row is unchanged).
+        """
+        result = TaskResult(task_id, claim_token, answer, model, input_tokens, output_tokens)
+        return self.complete_many([result])[task_id]
+
+    def complete_many(self, results: Iterable[TaskResult | Mapping[str, Any]]) -> dict[int, bool]:
+        """Fenced :meth:`complete` of a chunk in one statement.
+
+        :param results: :class:`TaskResult` objects or dicts with the same keys.
+        :return: for every task id, whether its answer was written.
+        """
+        checked = [_result(i, r) for i, r in enumerate(results)]
+        _reject_duplicates("results", [r.task_id for r in checked])
+        if not checked:
+            return {}
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._queries.complete,
+                (
+                    [r.task_id for r in checked],
+                    [r.claim_token for r in checked],
+                    [r.answer for r in checked],
+                    [r.model for r in checked],
+                    [r.input_tokens for r in checked],
+                    [r.output_tokens for r in checked],
+                ),
+            ).fetchall()
+        written = {row[0] for row in rows}
+        return {r.task_id: r.task_id in written for r in checked}
+
+    def fail(
+        self, task_id: int, claim_token: str, *, error: str, retryable: bool = True
+    ) -> str | None:
+        """Record a failed attempt if ``claim_token`` is still current.
+
+        :param error: why it failed; stored in ``last_error``, cut to a few KB.
+        :param retryable: False dead-letters the task at once (e.g. a prompt too large).
+        :return: the new status, ``'pending'`` (will be retried) or ``'dead'``; None if the
+            claim was superseded and nothing was written.
+        """
+        return self.fail_many([TaskFailure(task_id, claim_token, error, retryable)])[task_id]
+
+    def fail_many(
+        self, failures: Iterable[TaskFailure | Mapping[str, Any]]
+    ) -> dict[int, str | None]:
+        """Fenced :meth:`fail` of a chunk in one statement; new status (or None) per id."""
+        checked = [_failure(i, f) for i, f in enumerate(failures)]
+        _reject_duplicates("failures", [f.task_id for f in checked])
+        if not checked:
+            return {}
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._queries.fail,
+                (
+                    [f.task_id for f in checked],
+                    [f.claim_token for f in checked],
+                    [f.error for f in checked],
+                    [f.retryable for f in checked],
+                ),
+            ).fetchall()
+        status = dict(rows)
+        return {f.task_id: status.get(f.task_id) for f in checked}
+
+    def release(self, task_id: int, claim_token: str) -> bool:
+        """Give a claimed task back untried (e.g. on shutdown); the attempt is not counted.
+
+        :return: True if released; False if the claim was superseded.
+        """
+        return self.release_many([(task_id, claim_token)])[task_id]
+
+    def release_many(
+        self, claims: Mapping[int, str] | Iterable[tuple[int, str] | ClaimedTask]
+    ) -> dict[int, bool]:
+        """Fenced :meth:`release` of a chunk in one statement; whether each was released."""
+        pairs = models.claim_pairs(claims)
+        if not pairs:
+            return {}
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._queries.release, ([p[0] for p in pairs], [p[1] for p in pairs])
+            ).fetchall()
+        released = {row[0] for row in rows}
+        return {task_id: task_id in released for task_id, _ in pairs}
+
+    def extend_claims(
+        self,
+        claims: Mapping[int, str] | Iterable[tuple[int, str] | ClaimedTask],
+        *,
+        claim_ttl_s: float,
+    ) -> int:
+        """Heartbeat: push the expiry of still-current claims to ``now() + claim_ttl_s``.
+
+        A claim that already expired but was not taken over is still current and is renewed.
+
+        :param claims: ``{task_id: claim_token}``, ``(id, token)`` pairs or ClaimedTasks.
+        :return: how many claims were extended; fewer than given means some were superseded.
+        """
+        ttl = models.validate_ttl(claim_ttl_s)
+        pairs = models.claim_pairs(claims)
+        if not pairs:
+            return 0
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._queries.extend, (ttl, [p[0] for p in pairs], [p[1] for p in pairs])
+            ).fetchall()
+        return len(rows)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Tasks per status, every status present. Counts the whole table: not for hot loops."""
+        with self._transaction() as conn:
+            rows = conn.execute(self._queries.counts).fetchall()
+        result = dict.fromkeys(STATUSES, 0)
+        result.update({status: int(count) for status, count in rows})
+        return result
+
+    def backlog_size(self) -> int:
+        """Tasks a claim could take now: pending plus expired claims. Read from the indexes."""
+        with self._transaction() as conn:
+            row = conn.execute(self._queries.backlog).fetchone()
+        return int(row[0]) if row else 0
+
+    def get(self, task_id: int) -> TaskRow | None:
+        """The full row of one task, or None if there is no such id."""
+        models.validate_task_id("task_id", task_id)
+        with self._transaction() as conn:
+            row = conn.execute(self._queries.get, (task_id,)).fetchone()
+        if row is None:
+            return None
+        values = list(row)
+        values[4] = tuple(values[4]) if values[4] is not None else None
+        return TaskRow(*values)
+
+
+def _claimed_task(row: Sequence[Any]) -> ClaimedTask:
+    return ClaimedTask(
+        id=row[0],
+        prompt=row[1],
+        kind=row[2],
+        priority=row[3],
+        allowed_models=tuple(row[4]) if row[4] is not None else None,
+        attempts=row[5],
+        max_attempts=row[6],
+        claim_token=row[7],
+        metadata=row[8] or {},
+    )
+
+
+def _result(i: int, item: TaskResult | Mapping[str, Any]) -> TaskResult:
+    """Validate one result; answers and model names are made storable, never rejected."""
+    if isinstance(item, Mapping):
+        try:
+            item = TaskResult(**item)
+        except TypeError as err:
+            raise TaskValidationError(f"results[{i}]", str(err)) from err
+    if not isinstance(item, TaskResult):
+        raise TaskValidationError(f"results[{i}]", "must be a TaskResult or a dict")
+    if not isinstance(item.answer, str) or not isinstance(item.model, str) or not item.model:
+        raise TaskValidationError(
+            f"results[{i}]", "answer must be a string and model a non-empty string"
+        )
+    return TaskResult(
+        task_id=models.validate_task_id(f"results[{i}].task_id", item.task_id),
+        claim_token=models.validate_token(f"results[{i}].claim_token", item.claim_token),
+        answer=models.clean_text(item.answer),
+        model=models.clean_text(item.model),
+        input_tokens=models.validate_tokens(f"results[{i}].input_tokens", item.input_tokens),
+        output_tokens=models.validate_tokens(f"results[{i}].output_tokens", item.output_tokens),
+    )
+
+
+def _failure(i: int, item: TaskFailure | Mapping[str, Any]) -> TaskFailure:
+    if isinstance(item, Mapping):
+        try:
+            item = TaskFailure(**item)
+        except TypeError as err:
+            raise TaskValidationError(f"failures[{i}]", str(err)) from err
+    if not isinstance(item, TaskFailure):
+        raise TaskValidationError(f"failures[{i}]", "must be a TaskFailure or a dict")
+    return TaskFailure(
+        task_id=models.validate_task_id(f"failures[{i}].task_id", item.task_id),
+        claim_token=models.validate_token(f"failures[{i}].claim_token", item.claim_token),
+        error=models.clean_error(item.error),
+        retryable=bool(item.retryable),
+    )
+
+
+def _reject_duplicates(field_name: str, ids: list[int]) -> None:
+    seen: set[int] = set()
+    for task_id in ids:
+        if task_id in seen:
+            raise TaskValidationError(
+                field_name, f"task {task_id} appears twice; give each task once per call"
+            )
+        seen.add(task_id)
