@@ -1,1 +1,1 @@
-"""hooks."""
+"""Hooks: the router (Redis) and the Models Backend (HTTP)."""

@@ -1,0 +1,111 @@
+"""The Airflow hook of the router: an Airflow connection in, a router client out."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from airflow.sdk import BaseHook
+
+from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine.types import RouterSettings
+
+__all__ = ["RouterHook", "redis_kwargs", "router_settings"]
+
+_SSL_FIELDS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_keyfile", "ssl_certfile",
+               "ssl_check_hostname")
+
+
+def redis_kwargs(conn: Any) -> dict[str, Any]:
+    """``redis.Redis`` keyword arguments from an Airflow connection (``llm_router`` or
+    ``redis`` type): host, port, login, password, and ``db``/``ssl*`` from the extra."""
+    extra = conn.extra_dejson
+    password = conn.password
+    if str(password).lower() in ("none", "false", ""):
+        password = None
+    kwargs: dict[str, Any] = {
+        "host": conn.host or "127.0.0.1",
+        "port": int(conn.port or 6379),
+        "username": conn.login or None,
+        "password": password,
+        "db": int(extra.get("db", 0)),
+    }
+    kwargs.update({k: extra[k] for k in _SSL_FIELDS if k in extra})
+    return kwargs
+
+
+def router_settings(conn: Any, overrides: dict[str, Any]) -> RouterSettings:
+    """Router settings from the connection's extra (any :class:`RouterSettings` field),
+    overridden by the hook's own arguments."""
+    extra = conn.extra_dejson
+    fields = {k: extra[k] for k in RouterSettings.model_fields if k in extra}
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return RouterSettings(**fields)
+
+
+class RouterHook(BaseHook):
+    """Talk to the router of one namespace through an Airflow connection.
+
+    The connection holds the Redis address and credentials (secrets stay in Airflow) and,
+    in its extra, the router settings such as ``{"namespace": "prod", "guard_ms": 50}``.
+
+    :param router_conn_id: an ``llm_router`` (or plain ``redis``) connection.
+    :param namespace: overrides the connection's namespace.
+    :param settings: overrides of other :class:`RouterSettings` fields.
+    """
+
+    conn_name_attr = "router_conn_id"
+    default_conn_name = "llm_router_default"
+    conn_type = "llm_router"
+    hook_name = "LLM Router (Redis)"
+
+    def __init__(
+        self,
+        router_conn_id: str = default_conn_name,
+        *,
+        namespace: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.router_conn_id = router_conn_id
+        self._overrides = {**(settings or {}), "namespace": namespace}
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["schema"],
+            "relabeling": {"host": "Redis host", "port": "Redis port", "login": "Redis user"},
+            "placeholders": {
+                "host": "127.0.0.1",
+                "port": "6379",
+                "extra": '{"namespace": "default", "db": 0, "guard_ms": 50}',
+            },
+        }
+
+    @cached_property
+    def client(self) -> RouterClient:
+        """The sync client (built once per hook)."""
+        conn = self.get_connection(self.router_conn_id)
+        return RouterClient(redis.Redis(**redis_kwargs(conn)),
+                            router_settings(conn, self._overrides))
+
+    def get_conn(self) -> RouterClient:
+        return self.client
+
+    async def get_async_client(self) -> AsyncRouterClient:
+        """An asyncio client (for triggers): the connection is looked up without blocking.
+        The caller owns it and must ``await client.aclose()``."""
+        conn = await self.aget_connection(self.router_conn_id)
+        return AsyncRouterClient(aioredis.Redis(**redis_kwargs(conn), max_connections=64),
+                                 router_settings(conn, self._overrides))
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            self.client.redis.ping()
+            models = self.client.get_quotas()
+        except Exception as err:  # the UI shows the message
+            return False, f"cannot reach the router's Redis: {err}"
+        return True, f"connected; {len(models)} model quota(s) in namespace " \
+                     f"{self.client.settings.namespace!r}"
