@@ -89,8 +89,9 @@ class _RouterAPI:
 
     def admit(
         self,
-        estimated_tokens: int,
+        estimated_tokens: int | None = None,
         *,
+        input_tokens: int | None = None,
         models: Sequence[str] | None = None,
         ordered: bool = True,
         priority: Priority = "bulk",
@@ -99,11 +100,15 @@ class _RouterAPI:
     ) -> Admission | Wait:
         """Reserve capacity for one call, or learn how long to wait.
 
+        Give ``estimated_tokens`` (input + output), or ``input_tokens`` and let the engine
+        add the chosen model's learned output per call.
+
         :raises ImpossibleRequestError: no allowed model could ever admit it.
         """
         request = AdmitRequest(
             estimated_tokens=estimated_tokens,
             estimated_output_tokens=estimated_output_tokens,
+            input_tokens=input_tokens,
             models=tuple(models) if models is not None else None,
             ordered=ordered,
             priority=priority,

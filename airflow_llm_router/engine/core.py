@@ -178,6 +178,15 @@ class RouterCore:
 
 
 def _encode_request(r: AdmitRequest) -> list[Any]:
+    models = _encode_models(r)
+    hot = 1 if r.priority == "hot" else 0
+    ordered = 1 if r.ordered else 0
+    if r.input_tokens is not None:
+        if r.estimated_tokens is not None:
+            raise ValueError("input_tokens: give either estimated_tokens or input_tokens")
+        if not isinstance(r.input_tokens, int) or r.input_tokens < 0:
+            raise ValueError(f"input_tokens: {r.input_tokens!r} is not a whole number >= 0")
+        return [r.request_id, hot, -1, r.input_tokens, -1, ordered, models]
     if not isinstance(r.estimated_tokens, int) or r.estimated_tokens < 1:
         raise ValueError(
             f"estimated_tokens: {r.estimated_tokens!r} is not a whole number >= 1 "
@@ -189,17 +198,19 @@ def _encode_request(r: AdmitRequest) -> list[Any]:
             f"estimated_output_tokens: {out!r} must be a whole number between 0 and "
             "estimated_tokens, or None"
         )
-    if r.priority not in ("bulk", "hot"):
-        raise ValueError(f"priority: {r.priority!r} is not 'bulk' or 'hot'")
-    models: list[str] | int = 0
-    if r.models is not None:
-        if not r.models:
-            raise ValueError("models: an empty list allows nothing; pass None for any model")
-        models = [validate_model_name(m) for m in r.models]
     total = r.estimated_tokens
     inp, outp = (total, total) if out is None else (total - out, out)
-    return [r.request_id, 1 if r.priority == "hot" else 0, total, inp, outp,
-            1 if r.ordered else 0, models]
+    return [r.request_id, hot, total, inp, outp, ordered, models]
+
+
+def _encode_models(r: AdmitRequest) -> list[str] | int:
+    if r.priority not in ("bulk", "hot"):
+        raise ValueError(f"priority: {r.priority!r} is not 'bulk' or 'hot'")
+    if r.models is None:
+        return 0
+    if not r.models:
+        raise ValueError("models: an empty list allows nothing; pass None for any model")
+    return [validate_model_name(m) for m in r.models]
 
 
 def _encode_completion(c: Completion) -> list[Any]:

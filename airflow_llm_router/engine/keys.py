@@ -32,6 +32,7 @@ ROUTER_KEYS: dict[str, str] = {
     "K_HEALTH": "health",  # HASH "<model>|cool|open|probe|fails" -> value
     "K_STATS": "stats",  # HASH "<model>|<counter>" -> count
     "K_SEQ": "seq",  # STRING lease sequence
+    "K_EST": "estimates",  # HASH model -> learned output tokens per call (P95 of recent)
 }
 
 #: Per-model keys: Lua function name -> key infix (the model name follows it).
@@ -39,6 +40,7 @@ MODEL_KEYS: dict[str, str] = {
     "K_WIN": "win:",  # ZSET lease id -> admission time ms (the sliding-window log)
     "K_WTOK": "wtok:",  # HASH lease id -> "sum:in:out" tokens; "_s", "_i", "_o" totals
     "K_LIVE": "live:",  # ZSET lease id -> lease expiry ms (in-flight calls)
+    "K_OBS": "obs:",  # LIST recent actual output tokens (newest first, capped)
 }
 
 RELEASED_CHANNEL = "released"

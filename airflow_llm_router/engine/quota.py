@@ -22,6 +22,7 @@ _FIXES = {
     "max_concurrency": "a whole number of calls in flight, at least 1",
     "input_tpm": "a whole number of input tokens per window, at least 1, or null",
     "output_tpm": "a whole number of output tokens per window, at least 1, or null",
+    "expected_output_tokens": "a whole number of output tokens per call, at least 1",
     "weight": "a number above 0 (the model's share among admissible models)",
     "enabled": "true or false",
     "window_s": "the window length in seconds, above 0 (60 for per-minute limits)",
@@ -41,6 +42,8 @@ class ModelQuota(BaseModel):
     :param window_s: window length in seconds (60 for per-minute limits).
     :param input_tpm: optional separate limit on input tokens per window.
     :param output_tpm: optional separate limit on output tokens per window.
+    :param expected_output_tokens: output tokens assumed per call before any call to this
+        model has been observed; afterwards the engine learns the 95th percentile.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -53,6 +56,7 @@ class ModelQuota(BaseModel):
     window_s: Annotated[float, Field(strict=True, gt=0, le=86400)] = 60.0
     input_tpm: PositiveCount | None = None
     output_tpm: PositiveCount | None = None
+    expected_output_tokens: PositiveCount = 256
 
     @field_validator("window_s")
     @classmethod
@@ -80,6 +84,7 @@ class ModelQuota(BaseModel):
             "w": self.weight,
             "on": self.enabled,
             "win": max(1, round(self.window_s * 1000)),
+            "oprior": self.expected_output_tokens,
         }
         if self.input_tpm is not None:
             doc["itpm"] = self.input_tpm
@@ -99,6 +104,7 @@ class ModelQuota(BaseModel):
             window_s=doc["win"] / 1000,
             input_tpm=doc.get("itpm"),
             output_tpm=doc.get("otpm"),
+            expected_output_tokens=doc.get("oprior", 256),
         )
 
 

@@ -21,6 +21,7 @@ class ModelStats:
     input_tokens: int
     output_tokens: int
     in_flight: int
+    output_estimate: int
     cooldown_ms: int
     breaker: str
     counters: dict[str, int]
@@ -51,6 +52,7 @@ class RouterStats:
                 input_tokens=int(m["input_tokens"]),
                 output_tokens=int(m["output_tokens"]),
                 in_flight=int(m["in_flight"]),
+                output_estimate=int(m["output_estimate"]),
                 cooldown_ms=int(m["cooldown_ms"]),
                 breaker=str(m["breaker"]),
                 counters={k: int(v) for k, v in (m.get("counters") or {}).items()},

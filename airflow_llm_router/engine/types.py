@@ -56,12 +56,15 @@ class RouterSettings(BaseModel):
 
 @dataclass(frozen=True)
 class AdmitRequest:
-    """One prompt asking for capacity.
+    """One prompt asking for capacity: give ``estimated_tokens`` (input + output) or
+    ``input_tokens`` alone, and the engine adds the chosen model's learned output per call
+    (the 95th percentile of its recent calls, ``expected_output_tokens`` before any).
 
     :param estimated_tokens: input + output tokens expected (settled later with actuals).
     :param estimated_output_tokens: the output share of the estimate, when known; needed only
         for models with separate input/output limits (without it the whole estimate counts
         against each).
+    :param input_tokens: the prompt's tokens, when the output is left to the engine.
     :param models: ``None`` for any model, else the allowed models.
     :param ordered: with ``models``, try them in order (overflow); otherwise share by weight.
     :param priority: ``"hot"`` is admitted ahead of ``"bulk"``.
@@ -69,8 +72,9 @@ class AdmitRequest:
         wait queue, so reuse it for every retry of the same prompt.
     """
 
-    estimated_tokens: int
+    estimated_tokens: int | None = None
     estimated_output_tokens: int | None = None
+    input_tokens: int | None = None
     models: tuple[str, ...] | None = None
     ordered: bool = True
     priority: Priority = "bulk"

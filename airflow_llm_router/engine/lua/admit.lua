@@ -1,7 +1,8 @@
 -- admit: decide a batch of requests in one call; each is admitted (a lease is reserved on
 -- one model) or told how long to wait, or rejected when no allowed model could ever take it.
 -- ARGV[2]: JSON [[request id, hot 0/1, tokens, input tokens, output tokens, ordered 0/1,
---                [models] or 0 for any], ...]  (tokens are estimates until complete)
+--                [models] or 0 for any], ...]  (tokens are estimates until complete;
+--                tokens and output -1: input + the chosen model's learned output)
 -- Reply per request: {'A', model, lease id, ttl ms, reused 0/1} | {'W', wait ms, reason}
 --                    | {'E', reason, model or ''}
 local reqs = cjson.decode(ARGV[2])
@@ -17,20 +18,22 @@ local function reuse(req)
 end
 
 local function reserve(st, req)
+  local need = need_for(st, req)
   local lid = st.m .. '#' .. redis.call('INCR', K_SEQ)
-  local rec = {m = st.m, s = req.s, i = req.i, o = req.o, t = NOW, r = req.rid}
+  local rec = {m = st.m, s = need.s, i = need.i, o = need.o, t = NOW, r = req.rid}
   if st.open > 0 then
     rec.p = 1
     st.probe = lid
     redis.call('HSET', K_HEALTH, st.m .. '|probe', lid)
   end
-  st.n, st.s, st.i, st.o, st.live = st.n + 1, st.s + req.s, st.i + req.i, st.o + req.o, st.live + 1
+  st.n, st.s, st.i, st.o = st.n + 1, st.s + need.s, st.i + need.i, st.o + need.o
+  st.live = st.live + 1
   st.head = nil
   redis.call('HSET', K_LEASES, lid, cjson.encode(rec))
   redis.call('HSET', K_REQUESTS, req.rid, lid)
   redis.call('ZADD', K_LIVE(st.m), int(NOW + LEASE_TTL), lid)
   redis.call('ZADD', K_WIN(st.m), int(NOW), lid)
-  redis.call('HSET', K_WTOK(st.m), lid, req.s .. ':' .. req.i .. ':' .. req.o,
+  redis.call('HSET', K_WTOK(st.m), lid, need.s .. ':' .. need.i .. ':' .. need.o,
     '_s', int(st.s), '_i', int(st.i), '_o', int(st.o))
   redis.call('HINCRBY', K_STATS, st.m .. '|admitted', 1)
   return lid
@@ -47,7 +50,7 @@ local function candidates(req)
     if not st then
       if req.ms then return nil, {'E', 'unknown_model', m} end
     else
-      local bad = never_fits(st, req)
+      local bad = never_fits(st, need_for(st, req))
       if bad then
         why[bad] = m
         redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)
@@ -75,7 +78,7 @@ local function decide(req)
   local rank = waiter_rank(req.rid, req.hot)
   local best, reason, on = nil, nil, nil
   for _, st in ipairs(cands) do
-    local wait, why = blocked(st, req, held_back(st.m, rank, req.rid, req.hot))
+    local wait, why = blocked(st, need_for(st, req), held_back(st.m, rank, req.rid, req.hot))
     if wait == 0 then
       local lid = reserve(st, req)
       if fair then fair_charge(st.m, st.q.w) end

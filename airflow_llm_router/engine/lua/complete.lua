@@ -5,6 +5,18 @@
 --          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
 -- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
 local items = cjson.decode(ARGV[2])
+local OBSERVED = 64
+
+-- Keep the model's output estimate at the 95th percentile of its last OBSERVED calls.
+local function observe(m, outp)
+  local key = K_OBS(m)
+  redis.call('LPUSH', key, outp)
+  redis.call('LTRIM', key, 0, OBSERVED - 1)
+  local seen = redis.call('LRANGE', key, 0, -1)
+  for k = 1, #seen do seen[k] = tonumber(seen[k]) end
+  table.sort(seen)
+  redis.call('HSET', K_EST, m, seen[math.max(1, math.ceil(#seen * 0.95))])
+end
 
 local function settle(m, lid, inp, outp)
   local cur = redis.call('HGET', K_WTOK(m), lid)
@@ -40,6 +52,7 @@ for k, it in ipairs(items) do
       out[k] = 2
     end
     if out[k] > 0 then record_outcome(m, outcome, retry, was_probe) end
+    if outcome == 'ok' and outp >= 0 then observe(m, outp) end
   end
 end
 if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end

@@ -17,7 +17,7 @@ for _, m in ipairs(names) do
     local state = 'closed'
     if st.open > NOW then state = 'open' elseif st.open > 0 then state = 'half_open' end
     out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
-              in_flight = st.live, cooldown_ms = math.max(0, st.cool - NOW),
+              in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
               breaker = state, counters = counters}
   end
 end

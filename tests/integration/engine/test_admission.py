@@ -169,3 +169,37 @@ def test_bad_admit_input_names_the_field(router: RouterClient, kwargs: dict, fie
     router.set_quota("a", BIG)
     with pytest.raises(ValueError, match=field):
         router.admit(**kwargs)
+
+
+def test_engine_learns_output_tokens_per_model(router: RouterClient) -> None:
+    router.set_quota("a", {**BIG, "expected_output_tokens": 100})
+    router.set_quota("b", {**BIG, "expected_output_tokens": 100})
+
+    def call(output_tokens: int) -> None:
+        lease = router.admit(input_tokens=10, models=["a"])
+        assert isinstance(lease, Admission)
+        router.complete(lease.lease_id, 10, output_tokens)
+
+    first = router.admit(input_tokens=50, models=["a"])
+    assert isinstance(first, Admission)
+    assert router.stats().models["a"].tokens == 150  # input + the prior
+    router.complete(first.lease_id, 50, 400)
+    for out in range(1, 10):
+        call(out)
+    assert router.stats().models["a"].output_estimate == 400  # top 5 % of 10 calls: the max
+    for out in range(10, 20):
+        call(out)
+    stats = router.stats().models
+    assert stats["a"].output_estimate == 19  # of 20 calls, the one outlier is past the P95
+    assert stats["b"].output_estimate == 100  # learned per model
+
+
+def test_learned_output_counts_against_tpm(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 100, "tpm": 1000, "max_concurrency": 100,
+                           "expected_output_tokens": 300})
+    assert isinstance(router.admit(input_tokens=100), Admission)
+    assert isinstance(router.admit(input_tokens=100), Admission)
+    wait = router.admit(input_tokens=100)  # 3 x (100 + 300) > 1000
+    assert isinstance(wait, Wait) and wait.reason == "tpm"
+    with pytest.raises(ImpossibleRequestError, match="too_large|split"):
+        router.admit(input_tokens=800)

@@ -68,6 +68,13 @@ local function blocked(st, need, res)
   return 0
 end
 
+-- The tokens a request needs on this model: as given, or, when the caller left the
+-- output to the engine (s < 0), its input plus the model's learned output per call.
+local function need_for(st, req)
+  if req.s >= 0 then return req end
+  return {s = req.i + st.est, i = req.i, o = st.est}
+end
+
 -- Why a request could never fit this model, or nil.
 local function never_fits(st, need)
   local q = st.q

@@ -61,6 +61,7 @@ local function load_model(m)
   st.live = redis.call('ZCARD', K_LIVE(m))
   local h = redis.call('HMGET', K_HEALTH, m .. '|cool', m .. '|open', m .. '|probe')
   st.cool, st.open, st.probe = tonumber(h[1]) or 0, tonumber(h[2]) or 0, h[3]
+  st.est = tonumber(redis.call('HGET', K_EST, m)) or st.q.oprior or 256
   STATE[m] = st
   return st
 end

@@ -51,7 +51,8 @@ local function held_back(m, rank, rid, hot)
     if w.rank >= rank then break end
     if not w.done and w.rid ~= rid and (not w.allow or w.allow[m])
         and ((w.h and not hot) or NOW - w.f >= STARVE) then
-      res.n, res.s, res.i, res.o = res.n + 1, res.s + w.s, res.i + w.i, res.o + w.o
+      local need = need_for(STATE[m], w)
+      res.n, res.s, res.i, res.o = res.n + 1, res.s + need.s, res.i + need.i, res.o + need.o
     end
   end
   return res
