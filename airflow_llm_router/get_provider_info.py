@@ -24,13 +24,32 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "LLM Router",
-                "python-modules": ["airflow_llm_router.hooks.router"],
+                "python-modules": [
+                    "airflow_llm_router.hooks.router",
+                    "airflow_llm_router.hooks.models_backend",
+                ],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "LLM Router",
+                "python-modules": ["airflow_llm_router.operators.solve"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "LLM Router",
+                "python-modules": ["airflow_llm_router.triggers.solve"],
             }
         ],
         "connection-types": [
             {
                 "hook-class-name": "airflow_llm_router.hooks.router.RouterHook",
                 "connection-type": "llm_router",
-            }
+            },
+            {
+                "hook-class-name": "airflow_llm_router.hooks.models_backend.ModelsBackendHook",
+                "connection-type": "models_backend",
+            },
         ],
     }

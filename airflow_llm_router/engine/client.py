@@ -227,7 +227,9 @@ class AsyncRouterClient(_RouterAPI):
 
     @classmethod
     def from_url(cls, url: str, settings: RouterSettings | None = None) -> AsyncRouterClient:
-        return cls(aioredis.Redis.from_url(url), settings)
+        """A client whose callers queue for one of 32 connections rather than fail."""
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=32, timeout=None)
+        return cls(aioredis.Redis(connection_pool=pool), settings)
 
     async def _drive(self, step: Step[Any]) -> Any:  # type: ignore[override]
         reply = None
@@ -316,6 +318,17 @@ class ReleaseListener:
         finally:
             self._ready.set()
             await pubsub.aclose()
+
+    def poke(self) -> None:
+        """Wake the waiters as a release would (a new request joined, say)."""
+        self.generation += 1
+        if self._changed is not None:
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            self._changed.notify_all()
 
     async def wait(self, seen: int, timeout_s: float) -> bool:
         """Wait until a release after generation ``seen``; False on timeout."""

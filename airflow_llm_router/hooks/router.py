@@ -98,7 +98,9 @@ class RouterHook(BaseHook):
         """An asyncio client (for triggers): the connection is looked up without blocking.
         The caller owns it and must ``await client.aclose()``."""
         conn = await self.aget_connection(self.router_conn_id)
-        return AsyncRouterClient(aioredis.Redis(**redis_kwargs(conn), max_connections=64),
+        pool = aioredis.BlockingConnectionPool(**redis_kwargs(conn), max_connections=32,
+                                               timeout=None)
+        return AsyncRouterClient(aioredis.Redis(connection_pool=pool),
                                  router_settings(conn, self._overrides))
 
     def test_connection(self) -> tuple[bool, str]:

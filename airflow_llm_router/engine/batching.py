@@ -1,0 +1,105 @@
+"""Admission for many waiting prompts of one caller, one script call per wake-up.
+
+A trigger holds hundreds of prompts waiting for capacity. If each waited on its own, every
+release would wake them all and cost one round trip each. Here they queue in one
+:class:`BatchAdmitter`; a single loop asks for all of them with ``admit_many`` (in queue
+order, so the caller's own priorities hold), hands out admissions, and sleeps until the next
+release, a new arrival, or the soonest computed wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
+from airflow_llm_router.exceptions import ImpossibleRequestError
+
+__all__ = ["BatchAdmitter"]
+
+
+@dataclass
+class _Pending:
+    request: AdmitRequest
+    future: asyncio.Future[Admission | None]
+    deadline: float
+
+
+class BatchAdmitter:
+    """Queue admissions of one caller and decide them together.
+
+    Use as ``async with BatchAdmitter(client) as admitter: lease = await admitter.admit(r, t)``.
+    """
+
+    def __init__(self, client: AsyncRouterClient) -> None:
+        self._client = client
+        self._pending: dict[str, _Pending] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.round_trips = 0
+
+    async def __aenter__(self) -> BatchAdmitter:
+        await self._client.releases.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._pending:
+            await self._client.cancel(list(self._pending))
+            for p in self._pending.values():
+                if not p.future.done():
+                    p.future.set_result(None)
+            self._pending.clear()
+
+    async def admit(self, request: AdmitRequest, timeout_s: float) -> Admission | None:
+        """Wait for ``request``'s admission; None after ``timeout_s``.
+
+        :raises ImpossibleRequestError: no allowed model could ever admit it.
+        """
+        loop = asyncio.get_running_loop()
+        pending = _Pending(request, loop.create_future(), loop.time() + timeout_s)
+        self._pending[request.request_id] = pending
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="llm-router-admitter")
+        else:
+            self._client.releases.poke()
+        try:
+            return await pending.future
+        finally:
+            self._pending.pop(request.request_id, None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        releases = self._client.releases
+        while self._pending:
+            seen = releases.generation
+            batch = list(self._pending.values())
+            decisions = await self._client.admit_many([p.request for p in batch])
+            self.round_trips += 1
+            soonest = float("inf")
+            expired: list[str] = []
+            now = loop.time()
+            for p, decision in zip(batch, decisions, strict=True):
+                if p.future.done():
+                    continue
+                if isinstance(decision, Admission):
+                    p.future.set_result(decision)
+                elif isinstance(decision, Rejection):
+                    p.future.set_exception(
+                        ImpossibleRequestError(decision.reason, decision.message()))
+                elif p.deadline <= now:
+                    expired.append(p.request.request_id)
+                    p.future.set_result(None)
+                else:
+                    assert isinstance(decision, Wait)
+                    soonest = min(soonest, decision.retry_after_ms / 1000, p.deadline - now)
+            if expired:
+                await self._client.cancel(expired)
+            # let the coroutines that were answered leave the queue before looking again
+            await asyncio.sleep(0)
+            if self._pending and soonest != float("inf"):
+                await releases.wait(seen, soonest)

@@ -1,0 +1,229 @@
+"""SolveTaskOperator: solve prompts given directly, or drain the task store chunk by chunk."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_llm_router.operators.draining import DrainState, chunk_items, write_results
+from airflow_llm_router.solver.items import SolveItem, SolveResult
+from airflow_llm_router.store import TaskStore
+from airflow_llm_router.triggers.solve import SolveTrigger
+
+__all__ = ["SolveTaskOperator"]
+
+#: Room left between the last admission and the claim expiry, for the call itself to end.
+CALL_MARGIN_S = 60.0
+
+
+class SolveTaskOperator(BaseOperator):
+    """Solve LLM prompts under the router's per-model quotas.
+
+    Two uses:
+
+    - ``prompt=`` or ``prompts=[...]``: solve these; the result (XCom) is the answer dict, or
+      a list of them in the prompts' order.
+    - neither: drain the task store. Claim ``chunk_size`` tasks, solve them in the triggerer,
+      write the answers (fenced by claim token), and repeat until the backlog is empty or
+      ``time_budget_s`` is spent. Tasks left unsolved go back to the backlog, never lost.
+      The result is a summary dict.
+
+    Deferrable by default: no worker slot is held while models think. With
+    ``deferrable=False`` the same solver runs in the worker.
+
+    :param models: allowed models (None: any), tried in order if ``ordered_models``.
+    :param priority: ``"hot"`` or ``"bulk"`` for direct prompts (stored tasks carry theirs).
+    :param chunk_size: tasks claimed per deferral.
+    :param max_in_flight: prompts this instance has in admission or in a call at once.
+    :param time_budget_s: stop claiming new chunks after this long.
+    :param claim_ttl_s: how long a claim lasts; an unfinished chunk's claims expire and its
+        tasks return to the backlog.
+    :param max_errors: 5xx/timeouts per prompt before it counts as a failed attempt.
+    """
+
+    template_fields = ("prompt", "prompts", "models", "priority")
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        prompt: str | None = None,
+        prompts: list[str] | None = None,
+        models: list[str] | None = None,
+        ordered_models: bool = True,
+        priority: str = "bulk",
+        router_conn_id: str = "llm_router_default",
+        backend_conn_id: str = "models_backend_default",
+        postgres_conn_id: str = "postgres_default",
+        store_schema: str = "llm_router",
+        store_table: str = "tasks",
+        chunk_size: int = 100,
+        max_in_flight: int = 100,
+        time_budget_s: float = 1500.0,
+        claim_ttl_s: float = 900.0,
+        max_errors: int = 3,
+        max_output_tokens: int | None = None,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if prompt is not None and prompts is not None:
+            raise ValueError("prompt, prompts: give one of them, not both")
+        for name, value in (("chunk_size", chunk_size), ("max_in_flight", max_in_flight),
+                            ("max_errors", max_errors)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {value!r} must be a whole number >= 1")
+        for name, seconds in (("time_budget_s", time_budget_s), ("claim_ttl_s", claim_ttl_s)):
+            if seconds <= 0:
+                raise ValueError(f"{name}: {seconds!r} must be > 0 seconds")
+        self.prompt = prompt
+        self.prompts = prompts
+        self.models = models
+        self.ordered_models = ordered_models
+        self.priority = priority
+        self.router_conn_id = router_conn_id
+        self.backend_conn_id = backend_conn_id
+        self.postgres_conn_id = postgres_conn_id
+        self.store_schema = store_schema
+        self.store_table = store_table
+        self.chunk_size = chunk_size
+        self.max_in_flight = max_in_flight
+        self.time_budget_s = time_budget_s
+        self.claim_ttl_s = claim_ttl_s
+        self.max_errors = max_errors
+        self.max_output_tokens = max_output_tokens
+        self.deferrable = deferrable
+
+    # -- entry points -----------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        if self.prompt is not None or self.prompts is not None:
+            return self._solve_direct(context)
+        store = self._store()
+        store.migrate()
+        return self._drain(context, DrainState(started=time.time()).to_dict(), store)
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> Any:
+        results = _results(event)
+        if state is None or state.get("mode") == "direct":
+            return self._direct_output(results)
+        store = self._store()
+        drain = DrainState.from_dict(state)
+        if results is None:  # the trigger failed: give the chunk back at once
+            store.release_many({int(k): v for k, v in drain.claims.items()})
+            raise AirflowException(f"solving a chunk failed: {(event or {}).get('error')}")
+        write_results(store, drain, results, self.log)
+        return self._drain(context, drain.to_dict(), store)
+
+    # -- draining the store -----------------------------------------------------------
+
+    def _drain(self, context: Context, state: dict[str, Any], store: TaskStore) -> Any:
+        drain = DrainState.from_dict(state)
+        empty_claims = 0
+        while True:
+            if time.time() - drain.started >= self.time_budget_s:
+                self.log.info("time budget of %.0f s spent", self.time_budget_s)
+                return drain.summary()
+            claimed = store.claim(self.chunk_size, worker_id=_worker_id(context),
+                                  claim_ttl_s=self.claim_ttl_s)
+            if not claimed:
+                empty_claims += 1
+                if store.backlog_size() == 0 or empty_claims > 50:
+                    self.log.info("backlog drained: %s", drain.summary())
+                    return drain.summary()
+                time.sleep(0.05)  # rows were briefly locked by another claimer
+                continue
+            empty_claims = 0
+            drain.claims = {str(t.id): t.claim_token for t in claimed}
+            drain.chunks += 1
+            self.log.info("chunk %d: claimed %d tasks; so far %s",
+                          drain.chunks, len(claimed), drain.summary())
+            items = chunk_items(claimed, self.max_output_tokens)
+            event = self._solve(items, drain.to_dict())
+            results = _results(event)
+            if results is None:
+                store.release_many({int(k): v for k, v in drain.claims.items()})
+                raise AirflowException(f"solving a chunk failed: {(event or {}).get('error')}")
+            write_results(store, drain, results, self.log)
+
+    # -- direct prompts ---------------------------------------------------------------
+
+    def _solve_direct(self, context: Context) -> Any:
+        prompts = [self.prompt] if self.prompt is not None else list(self.prompts or [])
+        if not prompts or not all(isinstance(p, str) and p for p in prompts):
+            raise ValueError("prompts: give non-empty strings")
+        ti = context["ti"]
+        base = f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}"
+        items = [
+            SolveItem(key=str(i), prompt=p, request_id=f"{base}:{i}",
+                      models=tuple(self.models) if self.models else None,
+                      ordered=self.ordered_models, priority=self.priority,
+                      max_output_tokens=self.max_output_tokens)
+            for i, p in enumerate(prompts)
+        ]
+        event = self._solve(items, {"mode": "direct"})
+        return self._direct_output(_results(event), event)
+
+    def _direct_output(self, results: list[SolveResult] | None,
+                       event: dict[str, Any] | None = None) -> Any:
+        if results is None:
+            raise AirflowException(f"solving failed: {(event or {}).get('error')}")
+        docs = [{k: v for k, v in r.to_dict().items() if k != "key"} for r in results]
+        if self.prompt is not None:
+            if results[0].status != "solved":
+                raise AirflowException(f"the prompt was not solved: {results[0].error}")
+            return docs[0]
+        return docs
+
+    # -- the trigger, deferred or inline ----------------------------------------------
+
+    def _solve(self, items: list[SolveItem], state: dict[str, Any]) -> dict[str, Any]:
+        """Defer to the trigger (raises TaskDeferred), or run it here and return its event."""
+        budget_end = state.get("started", time.time()) + self.time_budget_s
+        deadline = min(time.time() + self.claim_ttl_s - CALL_MARGIN_S, budget_end)
+        deadline = max(deadline, time.time() + 1.0)
+        trigger = SolveTrigger(
+            items=[i.to_dict() for i in items],
+            router_conn_id=self.router_conn_id,
+            backend_conn_id=self.backend_conn_id,
+            deadline=deadline,
+            max_in_flight=self.max_in_flight,
+            max_errors=self.max_errors,
+        )
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_complete",
+                       kwargs={"state": state},
+                       timeout=timedelta(seconds=deadline - time.time() + 2 * CALL_MARGIN_S))
+        return asyncio.run(_first_event(trigger))
+
+    def _store(self) -> TaskStore:
+        return TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
+                                      table=self.store_table)
+
+
+async def _first_event(trigger: SolveTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise AirflowException("the solve trigger ended without an event")
+
+
+def _results(event: dict[str, Any] | None) -> list[SolveResult] | None:
+    """The event's results, or None if the trigger reported an error. Anything else is a bug."""
+    if not isinstance(event, dict) or event.get("status") not in ("done", "error"):
+        raise AirflowException(f"unexpected event from the solve trigger: {event!r:.200}")
+    if event["status"] == "error":
+        return None
+    return [SolveResult.from_dict(doc) for doc in event["results"]]
+
+
+def _worker_id(context: Context) -> str:
+    ti = context["ti"]
+    return f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}.try{ti.try_number}"

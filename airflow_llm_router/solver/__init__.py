@@ -1,0 +1,1 @@
+"""Solving prompts: the async work shared by the trigger and the non-deferrable operator."""

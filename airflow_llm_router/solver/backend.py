@@ -1,0 +1,128 @@
+"""The Models Backend's HTTP contract, as the router calls it.
+
+Field names are configurable (a real backend may spell them differently from the
+simulator's defaults); everything else about a call is classified here into the outcome
+the engine needs: ok, rate limited (with Retry-After), retryable error, or final error.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["BackendConfig", "BackendFields", "CallResult", "call_single"]
+
+CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
+
+
+class BackendFields(BaseModel):
+    """JSON field names of ``POST /single`` (defaults: the simulator's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = "model"
+    prompt: str = "prompt"
+    max_output_tokens: str = "max_output_tokens"
+    answer: str = "answer"
+    usage: str = "usage"
+    input_tokens: str = "input_tokens"
+    output_tokens: str = "output_tokens"
+
+
+class BackendConfig(BaseModel):
+    """Where and how to call the Models Backend (built from a ``models_backend`` connection).
+
+    :param base_url: e.g. ``http://models-backend:8080``.
+    :param single_path: path of the one-prompt endpoint.
+    :param timeout_s: a call taking longer is abandoned and counted as an error.
+    :param headers: extra headers (auth comes from the connection's password, not here).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    single_path: str = "/single"
+    batch_path: str = "/batch"
+    timeout_s: float = Field(300.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    fields: BackendFields = Field(default_factory=BackendFields)
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One call's outcome. ``retryable`` is False for errors a retry cannot fix (4xx)."""
+
+    status: CallStatus
+    answer: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    retry_after_s: float | None = None
+    error: str | None = None
+    latency_s: float = 0.0
+    retryable: bool = True
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = response.headers.get(header)
+        if value:
+            try:
+                return max(0.0, float(value) * scale)
+            except ValueError:
+                continue
+    return None
+
+
+def _usage(body: dict[str, Any], f: BackendFields) -> tuple[int | None, int | None]:
+    usage = body.get(f.usage) or {}
+    inp, out = usage.get(f.input_tokens), usage.get(f.output_tokens)
+    if isinstance(inp, int) and isinstance(out, int):
+        return inp, out
+    return None, None
+
+
+async def call_single(
+    http: httpx.AsyncClient,
+    config: BackendConfig,
+    *,
+    model: str,
+    prompt: str,
+    max_output_tokens: int | None = None,
+) -> CallResult:
+    """Send one prompt to ``model``; never raises for HTTP or network trouble."""
+    f = config.fields
+    body: dict[str, Any] = {f.model: model, f.prompt: prompt}
+    if max_output_tokens is not None:
+        body[f.max_output_tokens] = max_output_tokens
+    started = time.monotonic()
+    try:
+        response = await http.post(config.single_path, json=body, timeout=config.timeout_s)
+    except httpx.TimeoutException:
+        return CallResult("error", error=f"timeout after {config.timeout_s:g} s",
+                          latency_s=time.monotonic() - started)
+    except httpx.HTTPError as err:
+        return CallResult("error", error=f"{type(err).__name__}: {err}",
+                          latency_s=time.monotonic() - started)
+    latency = time.monotonic() - started
+    code = response.status_code
+    if code == 429:
+        return CallResult("rate_limited", retry_after_s=_retry_after(response),
+                          error="429 rate limited", latency_s=latency)
+    if code >= 500 or code == 408:
+        return CallResult("error", error=f"HTTP {code}", latency_s=latency)
+    if code >= 400:
+        return CallResult("rejected", error=f"HTTP {code}: {response.text[:300]}",
+                          latency_s=latency, retryable=False)
+    try:
+        doc = response.json()
+        answer = doc[f.answer]
+    except (ValueError, KeyError, TypeError):
+        return CallResult("error", error=f"HTTP {code} without a JSON {f.answer!r} field",
+                          latency_s=latency)
+    inp, out = _usage(doc, f)
+    return CallResult("ok", answer=str(answer), input_tokens=inp, output_tokens=out,
+                      latency_s=latency)

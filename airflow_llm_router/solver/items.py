@@ -1,0 +1,70 @@
+"""What the solver is given and what it gives back, as JSON-safe values.
+
+They travel through Airflow (trigger kwargs, trigger events, XCom), so each has
+``to_dict``/``from_dict``; prompts travel, but are never logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+__all__ = ["ResultStatus", "SolveItem", "SolveResult"]
+
+ResultStatus = Literal["solved", "failed", "unfinished"]
+
+
+@dataclass(frozen=True)
+class SolveItem:
+    """One prompt to solve.
+
+    :param key: the caller's id for it (task id in the store, index for direct prompts).
+    :param request_id: stable per attempt of the task (e.g. task id + claim token), so a
+        restarted trigger gets its live leases back instead of reserving twice.
+    """
+
+    key: str
+    prompt: str
+    request_id: str
+    models: tuple[str, ...] | None = None
+    ordered: bool = True
+    priority: str = "bulk"
+    max_output_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["models"] = list(self.models) if self.models is not None else None
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> SolveItem:
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in doc.items() if k in known}
+        if data.get("models") is not None:
+            data["models"] = tuple(data["models"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """How one prompt ended: ``solved``; ``failed`` (``retryable`` says whether another
+    attempt could help); or ``unfinished`` (time ran out before it was admitted)."""
+
+    key: str
+    status: ResultStatus
+    answer: str | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+    retryable: bool = True
+    calls: int = 0
+    rate_limited: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> SolveResult:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in known})

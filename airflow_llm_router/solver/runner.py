@@ -1,0 +1,173 @@
+"""Solve a chunk of prompts concurrently under the router's admission.
+
+For each prompt: wait for admission (batched, woken by releases), call the backend with the
+admitted model, settle the lease with the actual usage and outcome, and retry what a retry
+can fix — a 429 on the next admissible model (the engine cools the model down for everyone),
+a 5xx or timeout after a backoff. Live leases are heartbeated together, not one task each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from airflow_llm_router.engine.batching import BatchAdmitter
+from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine.types import AdmitRequest
+from airflow_llm_router.exceptions import ImpossibleRequestError
+from airflow_llm_router.solver.backend import BackendConfig, CallResult, call_single
+from airflow_llm_router.solver.items import SolveItem, SolveResult
+from airflow_llm_router.tokens import count_input_tokens
+
+__all__ = ["SolveOptions", "solve_items"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """How a chunk is solved.
+
+    :param deadline: epoch seconds after which no new call is started; prompts not yet
+        admitted come back ``unfinished`` (their tasks return to the backlog).
+    :param max_in_flight: prompts being admitted or called at once by this solver.
+    :param max_errors: calls ending in 5xx/timeout before a prompt is given up.
+    :param max_rate_limited: 429s before a prompt is given up.
+    :param backoff_s: first wait after an error; doubles, with jitter.
+    :param progress_every_s: how often progress is logged.
+    """
+
+    deadline: float
+    max_in_flight: int = 100
+    max_errors: int = 3
+    max_rate_limited: int = 20
+    backoff_s: float = 1.0
+    progress_every_s: float = 10.0
+
+
+@dataclass
+class _Progress:
+    total: int
+    done: int = 0
+    solved: int = 0
+    calling: int = 0
+    live: set[str] = field(default_factory=set)
+
+
+class _Solver:
+    def __init__(self, router: AsyncRouterClient, http: httpx.AsyncClient,
+                 backend: BackendConfig, options: SolveOptions, admitter: BatchAdmitter,
+                 progress: _Progress) -> None:
+        self.router, self.http, self.backend = router, http, backend
+        self.options, self.admitter, self.progress = options, admitter, progress
+        self.slots = asyncio.Semaphore(options.max_in_flight)
+
+    def _left(self) -> float:
+        return self.options.deadline - time.time()
+
+    async def solve(self, item: SolveItem) -> SolveResult:
+        async with self.slots:
+            result = await self._attempts(item)
+        self.progress.done += 1
+        self.progress.solved += result.status == "solved"
+        return result
+
+    async def _attempts(self, item: SolveItem) -> SolveResult:
+        errors = limited = calls = 0
+        last: CallResult | None = None
+        tokens = count_input_tokens(item.prompt)
+        while errors < self.options.max_errors and limited < self.options.max_rate_limited:
+            request = AdmitRequest(
+                input_tokens=tokens, models=item.models, ordered=item.ordered,
+                priority=item.priority,  # type: ignore[arg-type]
+                request_id=f"{item.request_id}:{calls + 1}")
+            try:
+                lease = await self.admitter.admit(request, max(0.0, self._left()))
+            except ImpossibleRequestError as err:
+                return SolveResult(item.key, "failed", error=str(err), retryable=False,
+                                   calls=calls)
+            if lease is None:
+                return SolveResult(item.key, "unfinished", calls=calls, rate_limited=limited,
+                                   error=last.error if last else None)
+            calls += 1
+            last = await self._call(item, lease.model, lease.lease_id)
+            if last.status == "ok":
+                return SolveResult(item.key, "solved", answer=last.answer, model=lease.model,
+                                   input_tokens=last.input_tokens,
+                                   output_tokens=last.output_tokens, calls=calls,
+                                   rate_limited=limited)
+            if not last.retryable:
+                return SolveResult(item.key, "failed", error=last.error, retryable=False,
+                                   model=lease.model, calls=calls)
+            if last.status == "rate_limited":
+                limited += 1
+                continue
+            errors += 1
+            pause = self.options.backoff_s * 2 ** (errors - 1) * random.uniform(0.5, 1.0)
+            await asyncio.sleep(max(0.0, min(pause, self._left())))
+        return SolveResult(item.key, "failed", error=last.error if last else None,
+                           retryable=True, calls=calls, rate_limited=limited)
+
+    async def _call(self, item: SolveItem, model: str, lease_id: str) -> CallResult:
+        self.progress.live.add(lease_id)
+        self.progress.calling += 1
+        try:
+            result = await call_single(self.http, self.backend, model=model, prompt=item.prompt,
+                                       max_output_tokens=item.max_output_tokens)
+        finally:
+            self.progress.live.discard(lease_id)
+            self.progress.calling -= 1
+        outcome = {"ok": "ok", "rate_limited": "rate_limited"}.get(result.status, "error")
+        await self.router.complete_many([Completion(
+            lease_id, result.input_tokens, result.output_tokens,
+            outcome,  # type: ignore[arg-type]
+            result.retry_after_s)])
+        return result
+
+
+async def _keep_alive(router: AsyncRouterClient, progress: _Progress) -> None:
+    """Heartbeat every live lease together, a third of the lease TTL apart."""
+    every = router.settings.lease_ttl_s / 3
+    while True:
+        await asyncio.sleep(every)
+        if progress.live:
+            await router.heartbeat_many(list(progress.live))
+
+
+async def _report(progress: _Progress, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        log.info("solving: %d/%d done (%d solved), %d calls in flight, %d waiting",
+                 progress.done, progress.total, progress.solved, progress.calling,
+                 progress.total - progress.done - progress.calling)
+
+
+async def solve_items(
+    items: Sequence[SolveItem],
+    router: AsyncRouterClient,
+    http: httpx.AsyncClient,
+    backend: BackendConfig,
+    options: SolveOptions,
+) -> list[SolveResult]:
+    """Solve every item; results come back in the items' order."""
+    progress = _Progress(total=len(items))
+    async with BatchAdmitter(router) as admitter:
+        solver = _Solver(router, http, backend, options, admitter, progress)
+        helpers = [asyncio.create_task(_keep_alive(router, progress)),
+                   asyncio.create_task(_report(progress, options.progress_every_s))]
+        try:
+            results = await asyncio.gather(*(solver.solve(item) for item in items))
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+    log.info("solving: chunk of %d done: %d solved, %d admission round trips",
+             len(items), progress.solved, admitter.round_trips)
+    return list(results)
