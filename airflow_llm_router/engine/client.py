@@ -144,6 +144,15 @@ class _RouterAPI:
         done = Completion(lease_id, input_tokens, output_tokens, outcome, retry_after_s)
         return self._then(self._drive(self.core.complete_many([done])), lambda s: s[0])
 
+    def mark_sent(self, lease_ids: Sequence[str]) -> int:
+        """Tell the engine these leases' calls have just been sent to the backend.
+
+        Their window entries restart from now, so a call that waited (in a connection
+        pool, say) before reaching the backend still counts for a full window from when the
+        backend saw it. Call it right after sending; it only ever makes the window stricter.
+        """
+        return self._drive(self.core.mark_sent(lease_ids))
+
     def cancel(self, request_ids: Sequence[str]) -> int:
         """Withdraw waiting requests whose caller gave up."""
         return self._drive(self.core.cancel(request_ids))

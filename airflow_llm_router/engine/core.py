@@ -164,6 +164,12 @@ class RouterCore:
         reply = yield Script("complete", (json.dumps(items, separators=(",", ":")),))
         return [_COMPLETE_STATUS[int(x)] for x in reply]
 
+    def mark_sent(self, lease_ids: Sequence[str]) -> Step[int]:
+        if not lease_ids:
+            return 0
+        moved = yield Script("sent", (json.dumps(list(lease_ids)),))
+        return int(moved)
+
     def cancel(self, request_ids: Sequence[str]) -> Step[int]:
         if not request_ids:
             return 0

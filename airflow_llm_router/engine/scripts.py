@@ -13,7 +13,9 @@ from airflow_llm_router.engine.keys import lua_key_prelude
 
 __all__ = ["OPERATIONS", "script_source"]
 
-OPERATIONS = ("admit", "complete", "heartbeat", "set_quota", "delete_quota", "stats", "cancel")
+OPERATIONS = (
+    "admit", "complete", "heartbeat", "sent", "set_quota", "delete_quota", "stats", "cancel",
+)
 _LIBRARIES = ("prelude", "model_state", "capacity", "fair", "waiters", "health")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 from airflow.sdk import BaseHook
 
-from airflow_llm_router.solver.backend import BackendConfig, BackendFields
+from airflow_llm_router.solver.backend import BackendConfig, BackendFields, ShardedClient
 
 __all__ = ["ModelsBackendHook", "backend_config", "http_client"]
 
@@ -78,12 +78,6 @@ class ModelsBackendHook(BaseHook):
         return response.status_code < 500, f"{config.base_url} answered {response.status_code}"
 
 
-def http_client(config: BackendConfig, max_connections: int) -> httpx.AsyncClient:
+def http_client(config: BackendConfig, max_connections: int) -> ShardedClient:
     """An async HTTP client for the backend, sized for ``max_connections`` calls at once."""
-    return httpx.AsyncClient(
-        base_url=config.base_url,
-        headers=config.headers,
-        timeout=httpx.Timeout(config.timeout_s, connect=10.0),
-        limits=httpx.Limits(max_connections=max_connections,
-                            max_keepalive_connections=max_connections),
-    )
+    return ShardedClient(config, max_connections)

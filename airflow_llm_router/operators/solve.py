@@ -44,9 +44,11 @@ class SolveTaskOperator(BaseOperator):
     :param claim_ttl_s: how long a claim lasts; an unfinished chunk's claims expire and its
         tasks return to the backlog.
     :param max_errors: 5xx/timeouts per prompt before it counts as a failed attempt.
+    :param retry_backoff_s: first pause after a 5xx/timeout; doubles with each one.
+    :param max_output_tokens: sent to the backend as the output cap of each call.
     """
 
-    template_fields = ("prompt", "prompts", "models", "priority")
+    template_fields = ("prompt", "prompts", "models", "priority", "store_schema", "store_table")
     ui_color = "#e8f0fe"
 
     def __init__(
@@ -67,6 +69,7 @@ class SolveTaskOperator(BaseOperator):
         time_budget_s: float = 1500.0,
         claim_ttl_s: float = 900.0,
         max_errors: int = 3,
+        retry_backoff_s: float = 1.0,
         max_output_tokens: int | None = None,
         deferrable: bool = True,
         **kwargs: Any,
@@ -96,6 +99,7 @@ class SolveTaskOperator(BaseOperator):
         self.time_budget_s = time_budget_s
         self.claim_ttl_s = claim_ttl_s
         self.max_errors = max_errors
+        self.retry_backoff_s = retry_backoff_s
         self.max_output_tokens = max_output_tokens
         self.deferrable = deferrable
 
@@ -108,11 +112,10 @@ class SolveTaskOperator(BaseOperator):
         store.migrate()
         return self._drain(context, DrainState(started=time.time()).to_dict(), store)
 
-    def execute_complete(
-        self, context: Context, event: dict[str, Any] | None = None,
-        state: dict[str, Any] | None = None,
-    ) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger: the event carries the results and the drain's state."""
         results = _results(event)
+        state = (event or {}).get("state")
         if state is None or state.get("mode") == "direct":
             return self._direct_output(results)
         store = self._store()
@@ -197,10 +200,11 @@ class SolveTaskOperator(BaseOperator):
             deadline=deadline,
             max_in_flight=self.max_in_flight,
             max_errors=self.max_errors,
+            retry_backoff_s=self.retry_backoff_s,
+            state=state,
         )
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete",
-                       kwargs={"state": state},
                        timeout=timedelta(seconds=deadline - time.time() + 2 * CALL_MARGIN_S))
         return asyncio.run(_first_event(trigger))
 

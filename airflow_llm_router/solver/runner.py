@@ -15,14 +15,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
 from airflow_llm_router.engine.batching import BatchAdmitter
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
 from airflow_llm_router.engine.types import AdmitRequest
 from airflow_llm_router.exceptions import ImpossibleRequestError
-from airflow_llm_router.solver.backend import BackendConfig, CallResult, call_single
+from airflow_llm_router.solver.backend import (
+    BackendConfig,
+    CallResult,
+    ShardedClient,
+    call_single,
+)
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.tokens import count_input_tokens
 
@@ -61,13 +64,34 @@ class _Progress:
     live: set[str] = field(default_factory=set)
 
 
+class _SendStamps:
+    """Tell the engine, in batches, which calls have just been sent (see ``mark_sent``)."""
+
+    def __init__(self, router: AsyncRouterClient) -> None:
+        self.router = router
+        self.sent: list[str] = []
+        self.ready = asyncio.Event()
+
+    def mark(self, lease_id: str) -> None:
+        self.sent.append(lease_id)
+        self.ready.set()
+
+    async def run(self) -> None:
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            batch, self.sent = self.sent, []
+            await self.router.mark_sent(batch)
+
+
 class _Solver:
-    def __init__(self, router: AsyncRouterClient, http: httpx.AsyncClient,
+    def __init__(self, router: AsyncRouterClient, http: ShardedClient,
                  backend: BackendConfig, options: SolveOptions, admitter: BatchAdmitter,
                  progress: _Progress) -> None:
         self.router, self.http, self.backend = router, http, backend
         self.options, self.admitter, self.progress = options, admitter, progress
         self.slots = asyncio.Semaphore(options.max_in_flight)
+        self.stamps = _SendStamps(router)
 
     def _left(self) -> float:
         return self.options.deadline - time.time()
@@ -120,7 +144,8 @@ class _Solver:
         self.progress.calling += 1
         try:
             result = await call_single(self.http, self.backend, model=model, prompt=item.prompt,
-                                       max_output_tokens=item.max_output_tokens)
+                                       max_output_tokens=item.max_output_tokens,
+                                       on_sent=lambda: self.stamps.mark(lease_id))
         finally:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1
@@ -152,7 +177,7 @@ async def _report(progress: _Progress, every_s: float) -> None:
 async def solve_items(
     items: Sequence[SolveItem],
     router: AsyncRouterClient,
-    http: httpx.AsyncClient,
+    http: ShardedClient,
     backend: BackendConfig,
     options: SolveOptions,
 ) -> list[SolveResult]:
@@ -161,7 +186,8 @@ async def solve_items(
     async with BatchAdmitter(router) as admitter:
         solver = _Solver(router, http, backend, options, admitter, progress)
         helpers = [asyncio.create_task(_keep_alive(router, progress)),
-                   asyncio.create_task(_report(progress, options.progress_every_s))]
+                   asyncio.create_task(_report(progress, options.progress_every_s)),
+                   asyncio.create_task(solver.stamps.run())]
         try:
             results = await asyncio.gather(*(solver.solve(item) for item in items))
         finally:

@@ -28,6 +28,9 @@ class SolveTrigger(BaseTrigger):
     :param deadline: epoch seconds; prompts not admitted by then come back ``unfinished``.
     :param max_in_flight: prompts admitted or in a call at once.
     :param max_errors: 5xx/timeouts before a prompt is given up.
+    :param retry_backoff_s: first pause after a 5xx/timeout; doubles with each one.
+    :param state: the caller's bookkeeping, returned unchanged in the event (so resuming
+        does not depend on how the deferral's own kwargs are carried).
     """
 
     def __init__(
@@ -39,6 +42,8 @@ class SolveTrigger(BaseTrigger):
         deadline: float,
         max_in_flight: int = 100,
         max_errors: int = 3,
+        retry_backoff_s: float = 1.0,
+        state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.items = items
@@ -47,6 +52,8 @@ class SolveTrigger(BaseTrigger):
         self.deadline = deadline
         self.max_in_flight = max_in_flight
         self.max_errors = max_errors
+        self.retry_backoff_s = retry_backoff_s
+        self.state = state or {}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -58,6 +65,8 @@ class SolveTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "max_in_flight": self.max_in_flight,
                 "max_errors": self.max_errors,
+                "retry_backoff_s": self.retry_backoff_s,
+                "state": self.state,
             },
         )
 
@@ -66,9 +75,10 @@ class SolveTrigger(BaseTrigger):
             results = await self._solve()
         except Exception as err:  # reported to the operator, which returns the claims
             self.log.exception("solving a chunk of %d prompts failed", len(self.items))
-            yield TriggerEvent({"status": "error", "error": f"{type(err).__name__}: {err}"})
+            yield TriggerEvent({"status": "error", "error": f"{type(err).__name__}: {err}",
+                                "state": self.state})
             return
-        yield TriggerEvent({"status": "done", "results": results})
+        yield TriggerEvent({"status": "done", "results": results, "state": self.state})
 
     async def _solve(self) -> list[dict[str, Any]]:
         items = [SolveItem.from_dict(doc) for doc in self.items]
@@ -76,7 +86,8 @@ class SolveTrigger(BaseTrigger):
         try:
             backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
             options = SolveOptions(deadline=self.deadline, max_in_flight=self.max_in_flight,
-                                   max_errors=self.max_errors)
+                                   max_errors=self.max_errors,
+                                   backoff_s=self.retry_backoff_s)
             async with http_client(backend, self.max_in_flight) as http:
                 results = await solve_items(items, router, http, backend, options)
         finally:

@@ -166,3 +166,21 @@ def test_every_key_shares_the_namespace_hash_tag(router: RouterClient, namespace
     keys = [k.decode() for k in router.redis.scan_iter(match=f"*{namespace}*")]
     assert len(keys) >= 8
     assert all(k.startswith(f"llmr:{{{namespace}}}:") for k in keys)
+
+
+def test_sent_restarts_the_window_entry_from_now(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 10, "tpm": 10**6, "max_concurrency": 10})
+    lease = router.admit(1)
+    assert isinstance(lease, Admission)
+    window = router.core.keys.model("K_WIN", "a")
+    admitted_at = router.redis.zscore(window, lease.lease_id)
+
+    def redis_ms() -> int:
+        seconds, micros = router.redis.time()
+        return seconds * 1000 + micros // 1000
+
+    wait_until(lambda: redis_ms() > admitted_at + 2)  # the call waits a little before sending
+    before = redis_ms()
+    assert router.mark_sent([lease.lease_id]) == 1
+    assert router.redis.zscore(window, lease.lease_id) >= before > admitted_at
+    assert router.mark_sent(["a#404"]) == 0  # unknown leases are ignored

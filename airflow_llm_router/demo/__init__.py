@@ -1,0 +1,18 @@
+"""The end-to-end demo: ``python -m airflow_llm_router.demo`` (or ``scripts/demo``).
+
+Starts an embedded Redis and PostgreSQL (from pip packages), the Models Backend simulator
+and Airflow (SQLite metadata DB under ``.demo/airflow``), seeds a backlog of prompts, drains
+it with the ``llm_router_drain`` example DAG through ``dag.test()``, and reports what the
+backend saw per model against its limits and the capacity bound. See ``docs/demo.md``.
+
+The modules are usable on their own (the benchmark reuses them): ``services`` (embedded
+servers), ``seed`` (the backlog), ``quotas`` (router quotas from a simulator profile),
+``bound`` (the capacity bound), ``summary`` (the report), ``progress`` (progress lines),
+``airflow_env`` (connections, metadata DB, one DAG run).
+"""
+
+from __future__ import annotations
+
+from airflow_llm_router.demo.run import DemoOptions, run
+
+__all__ = ["DemoOptions", "run"]

@@ -1,0 +1,123 @@
+"""Airflow for the demo: its home, its three connections, its metadata DB, and one DAG run.
+
+Airflow reads its configuration when it is first imported, so :func:`configure` must run
+before anything imports ``airflow``; the other functions import it lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from psycopg.conninfo import conninfo_to_dict
+
+__all__ = ["configure", "connection_env", "load_dag", "migrate_metadata_db", "run_dag"]
+
+ROUTER_CONN_ID = "llm_router_default"
+BACKEND_CONN_ID = "models_backend_default"
+POSTGRES_CONN_ID = "postgres_default"
+
+
+def _env_name(conn_id: str) -> str:
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+def router_connection(redis_url: str, namespace: str) -> dict[str, Any]:
+    """An ``llm_router`` connection for ``redis[s]://[user:password@]host:port/db``."""
+    url = urlsplit(redis_url)
+    if url.scheme not in ("redis", "rediss"):
+        raise ValueError(f"--redis-url must start with redis:// or rediss://, got {url.scheme!r}")
+    extra: dict[str, Any] = {"namespace": namespace}
+    db = url.path.strip("/")
+    if db:
+        extra["db"] = int(db)
+    if url.scheme == "rediss":
+        extra["ssl"] = True
+    conn: dict[str, Any] = {"conn_type": "llm_router", "host": url.hostname or "127.0.0.1",
+                            "port": url.port or 6379, "extra": extra}
+    if url.username:
+        conn["login"] = unquote(url.username)
+    if url.password:
+        conn["password"] = unquote(url.password)
+    return conn
+
+
+def postgres_connection(dsn: str) -> dict[str, Any]:
+    """A ``postgres`` connection for a libpq DSN or URI; other libpq settings go to extra."""
+    params = conninfo_to_dict(dsn)
+    conn: dict[str, Any] = {"conn_type": "postgres", "host": params.pop("host", "127.0.0.1"),
+                            "port": int(params.pop("port", 5432)),
+                            "login": params.pop("user", "postgres"),
+                            "schema": params.pop("dbname", "postgres")}
+    password = params.pop("password", None)
+    if password:
+        conn["password"] = password
+    if params:
+        conn["extra"] = {k: str(v) for k, v in params.items()}
+    return conn
+
+
+def connection_env(
+    *, redis_url: str, postgres_dsn: str, backend_url: str, namespace: str,
+    backend_timeout_s: float = 300.0,
+) -> dict[str, str]:
+    """The three ``AIRFLOW_CONN_*`` variables (JSON form) the example DAGs use."""
+    backend = {"conn_type": "models_backend", "host": backend_url.rstrip("/"),
+               "extra": {"timeout_s": backend_timeout_s}}
+    return {
+        _env_name(ROUTER_CONN_ID): json.dumps(router_connection(redis_url, namespace)),
+        _env_name(POSTGRES_CONN_ID): json.dumps(postgres_connection(postgres_dsn)),
+        _env_name(BACKEND_CONN_ID): json.dumps(backend),
+    }
+
+
+def configure(home: Path, dags_folder: Path, connections: Mapping[str, str]) -> None:
+    """Point Airflow at the demo's home and DAGs folder, quietly, with these connections.
+
+    :raises RuntimeError: if ``airflow`` was imported already (it would keep its old config).
+    """
+    if "airflow" in sys.modules:
+        raise RuntimeError("configure() must run before airflow is imported")
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("LLMR_DEMO_LOG_LEVEL", "WARNING"),
+            **connections,
+        }
+    )
+
+
+def migrate_metadata_db() -> None:
+    """Create or upgrade the metadata DB (SQLite under AIRFLOW_HOME); a few seconds at first."""
+    from airflow.utils.db import upgradedb
+
+    upgradedb()
+
+
+def load_dag(dags_folder: Path, dag_id: str) -> Any:
+    """Parse ``<dags_folder>/<dag_id>.py`` and return the DAG, or raise with its import error."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dags_folder / f"{dag_id}.py"), safe_mode=False)
+    if bag.import_errors:
+        raise RuntimeError(f"cannot load {dag_id}: {bag.import_errors}")
+    dag = bag.dags.get(dag_id)
+    if dag is None:
+        raise RuntimeError(f"no DAG {dag_id!r} in {dags_folder}")
+    return dag
+
+
+def run_dag(dag: Any, conf: Mapping[str, Any]) -> tuple[str, float]:
+    """One run with ``dag.test()`` (tasks and triggers in this process); (state, seconds)."""
+    start = time.monotonic()
+    run = dag.test(run_conf=dict(conf))
+    return str(getattr(run, "state", "unknown")), time.monotonic() - start

@@ -1,0 +1,24 @@
+"""Test DAG: the drain, mapped over two solver instances, small chunks."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_llm_router.operators.solve import SolveTaskOperator
+
+with DAG(
+    dag_id="llm_router_e2e",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"store_schema": "llm_router"},
+):
+    SolveTaskOperator.partial(
+        task_id="solve",
+        store_schema="{{ params.store_schema }}",
+        max_in_flight=200,
+        time_budget_s=120,
+        claim_ttl_s=120,
+        retry_backoff_s=0.05,
+    ).expand(chunk_size=[60, 90])
