@@ -45,6 +45,9 @@ class SolveTaskOperator(BaseOperator):
         tasks return to the backlog.
     :param max_errors: 5xx/timeouts per prompt before it counts as a failed attempt.
     :param retry_backoff_s: first pause after a 5xx/timeout; doubles with each one.
+    :param batch_size: above 1, prompts admitted on the same model at about the same time go
+        to the backend's ``/batch`` together (each under its own lease). Off by default: a
+        batch answers with its slowest prompt.
     :param max_output_tokens: sent to the backend as the output cap of each call.
     """
 
@@ -70,6 +73,7 @@ class SolveTaskOperator(BaseOperator):
         claim_ttl_s: float = 900.0,
         max_errors: int = 3,
         retry_backoff_s: float = 1.0,
+        batch_size: int = 1,
         max_output_tokens: int | None = None,
         deferrable: bool = True,
         **kwargs: Any,
@@ -78,7 +82,7 @@ class SolveTaskOperator(BaseOperator):
         if prompt is not None and prompts is not None:
             raise ValueError("prompt, prompts: give one of them, not both")
         for name, value in (("chunk_size", chunk_size), ("max_in_flight", max_in_flight),
-                            ("max_errors", max_errors)):
+                            ("max_errors", max_errors), ("batch_size", batch_size)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {value!r} must be a whole number >= 1")
         for name, seconds in (("time_budget_s", time_budget_s), ("claim_ttl_s", claim_ttl_s)):
@@ -100,6 +104,7 @@ class SolveTaskOperator(BaseOperator):
         self.claim_ttl_s = claim_ttl_s
         self.max_errors = max_errors
         self.retry_backoff_s = retry_backoff_s
+        self.batch_size = batch_size
         self.max_output_tokens = max_output_tokens
         self.deferrable = deferrable
 
@@ -201,6 +206,7 @@ class SolveTaskOperator(BaseOperator):
             max_in_flight=self.max_in_flight,
             max_errors=self.max_errors,
             retry_backoff_s=self.retry_backoff_s,
+            batch_size=self.batch_size,
             state=state,
         )
         if self.deferrable:

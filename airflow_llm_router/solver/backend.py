@@ -15,7 +15,14 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["BackendConfig", "BackendFields", "CallResult", "ShardedClient", "call_single"]
+__all__ = [
+    "BackendConfig",
+    "BackendFields",
+    "CallResult",
+    "ShardedClient",
+    "call_batch",
+    "call_single",
+]
 
 #: Connections per httpx client: httpx's pool bookkeeping grows with its size (quadratic
 #: in queued requests), so many calls go faster through several small pools than one big.
@@ -26,7 +33,7 @@ CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
 
 
 class BackendFields(BaseModel):
-    """JSON field names of ``POST /single`` (defaults: the simulator's)."""
+    """JSON field names of ``POST /single`` and ``/batch`` (defaults: the simulator's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -37,6 +44,12 @@ class BackendFields(BaseModel):
     usage: str = "usage"
     input_tokens: str = "input_tokens"
     output_tokens: str = "output_tokens"
+    items: str = "items"
+    id: str = "id"
+    results: str = "results"
+    status: str = "status"
+    error: str = "error"
+    retry_after_s: str = "retry_after_s"
 
 
 class BackendConfig(BaseModel):
@@ -148,16 +161,10 @@ async def call_single(
     if max_output_tokens is not None:
         body[f.max_output_tokens] = max_output_tokens
     started = time.monotonic()
-    extensions: dict[str, Any] = {}
-    if on_sent is not None:
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            if event == "http11.send_request_body.complete":
-                on_sent()
-
-        extensions["trace"] = trace
     try:
         response = await http.pick().post(config.single_path, json=body,
-                                          timeout=config.timeout_s, extensions=extensions)
+                                          timeout=config.timeout_s,
+                                          extensions=_sent_trace(on_sent))
     except httpx.TimeoutException:
         return CallResult("error", error=f"timeout after {config.timeout_s:g} s",
                           latency_s=time.monotonic() - started)
@@ -165,21 +172,86 @@ async def call_single(
         return CallResult("error", error=f"{type(err).__name__}: {err}",
                           latency_s=time.monotonic() - started)
     latency = time.monotonic() - started
-    code = response.status_code
+    try:
+        doc = (response.json() if response.status_code < 400
+               else {"detail": response.text[:300]})
+    except ValueError:
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    return _classify(response.status_code, doc, f, latency, _retry_after(response))
+
+
+def _classify(code: int, doc: dict[str, Any], f: BackendFields, latency: float,
+              retry_after_s: float | None) -> CallResult:
+    """One answer's outcome from its status code and JSON document."""
     if code == 429:
-        return CallResult("rate_limited", retry_after_s=_retry_after(response),
+        return CallResult("rate_limited", retry_after_s=retry_after_s,
                           error="429 rate limited", latency_s=latency)
     if code >= 500 or code == 408:
         return CallResult("error", error=f"HTTP {code}", latency_s=latency)
     if code >= 400:
-        return CallResult("rejected", error=f"HTTP {code}: {response.text[:300]}",
+        return CallResult("rejected", error=f"HTTP {code}: {str(doc)[:300]}",
                           latency_s=latency, retryable=False)
-    try:
-        doc = response.json()
-        answer = doc[f.answer]
-    except (ValueError, KeyError, TypeError):
+    if f.answer not in doc:
         return CallResult("error", error=f"HTTP {code} without a JSON {f.answer!r} field",
                           latency_s=latency)
     inp, out = _usage(doc, f)
-    return CallResult("ok", answer=str(answer), input_tokens=inp, output_tokens=out,
+    return CallResult("ok", answer=str(doc[f.answer]), input_tokens=inp, output_tokens=out,
                       latency_s=latency)
+
+
+async def call_batch(
+    http: ShardedClient,
+    config: BackendConfig,
+    *,
+    model: str,
+    prompts: list[str],
+    max_output_tokens: int | None = None,
+    on_sent: Callable[[], None] | None = None,
+) -> list[CallResult]:
+    """Send several prompts to one model in one ``POST /batch``; one result each, in order.
+
+    The backend answers when the slowest is done, so every item's call lasts as long as
+    the batch's. A transport failure fails every item (retryably).
+    """
+    f = config.fields
+    items = []
+    for i, prompt in enumerate(prompts):
+        item: dict[str, Any] = {f.id: str(i), f.model: model, f.prompt: prompt}
+        if max_output_tokens is not None:
+            item[f.max_output_tokens] = max_output_tokens
+        items.append(item)
+    started = time.monotonic()
+    try:
+        response = await http.pick().post(config.batch_path, json={f.items: items},
+                                          timeout=config.timeout_s,
+                                          extensions=_sent_trace(on_sent))
+        latency = time.monotonic() - started
+        if response.status_code != 200:
+            failed = _classify(response.status_code, {}, f, latency, _retry_after(response))
+            return [failed] * len(prompts)
+        by_id = {str(r.get(f.id)): r for r in response.json()[f.results]}
+    except httpx.TimeoutException:
+        return [CallResult("error", error=f"timeout after {config.timeout_s:g} s")] * len(items)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+        return [CallResult("error", error=f"{type(err).__name__}: {err}")] * len(items)
+    results = []
+    for i in range(len(prompts)):
+        doc = by_id.get(str(i), {})
+        retry = doc.get(f.retry_after_s)
+        results.append(_classify(int(doc.get(f.status, 500)), doc, f, latency,
+                                 float(retry) if retry is not None else None))
+    return results
+
+
+def _sent_trace(on_sent: Callable[[], None] | None) -> dict[str, Any]:
+    """httpx extensions that call ``on_sent`` once the request is written."""
+    if on_sent is None:
+        return {}
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        if event == "http11.send_request_body.complete":
+            on_sent()
+
+    return {"trace": trace}

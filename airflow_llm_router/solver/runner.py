@@ -24,6 +24,7 @@ from airflow_llm_router.solver.backend import (
     BackendConfig,
     CallResult,
     ShardedClient,
+    call_batch,
     call_single,
 )
 from airflow_llm_router.solver.items import SolveItem, SolveResult
@@ -45,6 +46,10 @@ class SolveOptions:
     :param max_rate_limited: 429s before a prompt is given up.
     :param backoff_s: first wait after an error; doubles, with jitter.
     :param progress_every_s: how often progress is logged.
+    :param batch_size: above 1, prompts admitted on the same model within ``batch_wait_s``
+        go to the backend together in one ``POST /batch`` (up to this many), each still
+        under its own lease. Off by default: a batch answers with its slowest prompt.
+    :param batch_wait_s: how long an admitted prompt may wait for batch companions.
     """
 
     deadline: float
@@ -53,6 +58,8 @@ class SolveOptions:
     max_rate_limited: int = 20
     backoff_s: float = 1.0
     progress_every_s: float = 10.0
+    batch_size: int = 1
+    batch_wait_s: float = 0.02
 
 
 @dataclass
@@ -84,6 +91,56 @@ class _SendStamps:
             await self.router.mark_sent(batch)
 
 
+@dataclass
+class _Batch:
+    prompts: list[str] = field(default_factory=list)
+    leases: list[str] = field(default_factory=list)
+    futures: list[asyncio.Future[CallResult]] = field(default_factory=list)
+
+
+class _MicroBatcher:
+    """Group prompts admitted on one model into ``POST /batch`` calls."""
+
+    def __init__(self, http: ShardedClient, backend: BackendConfig, options: SolveOptions,
+                 stamps: _SendStamps) -> None:
+        self.http, self.backend, self.options, self.stamps = http, backend, options, stamps
+        self.open: dict[str, _Batch] = {}
+        self.sending: set[asyncio.Task[None]] = set()
+
+    async def call(self, model: str, item: SolveItem, lease_id: str) -> CallResult:
+        batch = self.open.get(model)
+        if batch is None:
+            batch = self.open[model] = _Batch()
+            asyncio.get_running_loop().call_later(self.options.batch_wait_s, self._flush, model,
+                                                  batch)
+        future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+        batch.prompts.append(item.prompt)
+        batch.leases.append(lease_id)
+        batch.futures.append(future)
+        if len(batch.prompts) >= self.options.batch_size:
+            self._flush(model, batch)
+        return await future
+
+    def _flush(self, model: str, batch: _Batch) -> None:
+        if self.open.get(model) is not batch:
+            return  # already sent
+        del self.open[model]
+        task = asyncio.create_task(self._send(model, batch))
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
+
+    async def _send(self, model: str, batch: _Batch) -> None:
+        def sent() -> None:
+            for lease_id in batch.leases:
+                self.stamps.mark(lease_id)
+
+        results = await call_batch(self.http, self.backend, model=model, prompts=batch.prompts,
+                                   on_sent=sent)
+        for future, result in zip(batch.futures, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
 class _Solver:
     def __init__(self, router: AsyncRouterClient, http: ShardedClient,
                  backend: BackendConfig, options: SolveOptions, admitter: BatchAdmitter,
@@ -92,6 +149,7 @@ class _Solver:
         self.options, self.admitter, self.progress = options, admitter, progress
         self.slots = asyncio.Semaphore(options.max_in_flight)
         self.stamps = _SendStamps(router)
+        self.batcher = _MicroBatcher(http, backend, options, self.stamps)
 
     def _left(self) -> float:
         return self.options.deadline - time.time()
@@ -143,9 +201,13 @@ class _Solver:
         self.progress.live.add(lease_id)
         self.progress.calling += 1
         try:
-            result = await call_single(self.http, self.backend, model=model, prompt=item.prompt,
-                                       max_output_tokens=item.max_output_tokens,
-                                       on_sent=lambda: self.stamps.mark(lease_id))
+            if self.options.batch_size > 1:
+                result = await self.batcher.call(model, item, lease_id)
+            else:
+                result = await call_single(
+                    self.http, self.backend, model=model, prompt=item.prompt,
+                    max_output_tokens=item.max_output_tokens,
+                    on_sent=lambda: self.stamps.mark(lease_id))
         finally:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1

@@ -29,6 +29,7 @@ class SolveTrigger(BaseTrigger):
     :param max_in_flight: prompts admitted or in a call at once.
     :param max_errors: 5xx/timeouts before a prompt is given up.
     :param retry_backoff_s: first pause after a 5xx/timeout; doubles with each one.
+    :param batch_size: above 1, same-model prompts admitted together go to ``/batch``.
     :param state: the caller's bookkeeping, returned unchanged in the event (so resuming
         does not depend on how the deferral's own kwargs are carried).
     """
@@ -43,6 +44,7 @@ class SolveTrigger(BaseTrigger):
         max_in_flight: int = 100,
         max_errors: int = 3,
         retry_backoff_s: float = 1.0,
+        batch_size: int = 1,
         state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -53,6 +55,7 @@ class SolveTrigger(BaseTrigger):
         self.max_in_flight = max_in_flight
         self.max_errors = max_errors
         self.retry_backoff_s = retry_backoff_s
+        self.batch_size = batch_size
         self.state = state or {}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -66,6 +69,7 @@ class SolveTrigger(BaseTrigger):
                 "max_in_flight": self.max_in_flight,
                 "max_errors": self.max_errors,
                 "retry_backoff_s": self.retry_backoff_s,
+                "batch_size": self.batch_size,
                 "state": self.state,
             },
         )
@@ -87,7 +91,8 @@ class SolveTrigger(BaseTrigger):
             backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
             options = SolveOptions(deadline=self.deadline, max_in_flight=self.max_in_flight,
                                    max_errors=self.max_errors,
-                                   backoff_s=self.retry_backoff_s)
+                                   backoff_s=self.retry_backoff_s,
+                                   batch_size=self.batch_size)
             async with http_client(backend, self.max_in_flight) as http:
                 results = await solve_items(items, router, http, backend, options)
         finally:

@@ -111,3 +111,20 @@ async def test_backend_unreachable_fails_with_error(
     event = await _event(_trigger(_items(3)))
     assert [r["status"] for r in event["results"]] == ["failed"] * 3
     assert all(r["retryable"] and r["calls"] == 3 for r in event["results"])
+
+
+async def test_micro_batches_go_to_batch_endpoint(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, router: RouterClient
+) -> None:
+    profile = small_profile()
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
+        set_quotas_from(router, profile)
+        trigger = _trigger(_items(60))
+        trigger.batch_size = 5
+        event = await _event(trigger)
+        stats = httpx.get(sim.url + "/stats").json()
+    assert all(r["status"] == "solved" and r["answer"] for r in event["results"])
+    assert stats["calls"]["single"] == 0
+    assert stats["calls"]["batch_items"] == 60 and stats["calls"]["batch"] < 60
+    assert stats["totals"]["rejected_429"] == 0
+    assert sum(m.in_flight for m in router.stats().models.values()) == 0

@@ -13,7 +13,7 @@ def test_serialize_round_trip() -> None:
                        priority="hot").to_dict()]
     trigger = SolveTrigger(items=items, router_conn_id="r", backend_conn_id="b",
                            deadline=1_900_000_000.5, max_in_flight=7, max_errors=2,
-                           retry_backoff_s=0.25)
+                           retry_backoff_s=0.25, batch_size=4)
     classpath, kwargs = trigger.serialize()
     module, _, name = classpath.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
