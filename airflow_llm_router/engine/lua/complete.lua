@@ -23,9 +23,9 @@ local function settle(m, lid, inp, outp)
   if not cur or inp < 0 or outp < 0 then return cur ~= false end
   local s, a, b = string.match(cur, '^(%d+):(%d+):(%d+)$')
   redis.call('HSET', K_WTOK(m), lid, (inp + outp) .. ':' .. inp .. ':' .. outp)
-  redis.call('HINCRBY', K_WTOK(m), '_s', inp + outp - tonumber(s))
-  redis.call('HINCRBY', K_WTOK(m), '_i', inp - tonumber(a))
-  redis.call('HINCRBY', K_WTOK(m), '_o', outp - tonumber(b))
+  redis.call('HINCRBY', K_WTOK(m), '_s', int(inp + outp - tonumber(s)))
+  redis.call('HINCRBY', K_WTOK(m), '_i', int(inp - tonumber(a)))
+  redis.call('HINCRBY', K_WTOK(m), '_o', int(outp - tonumber(b)))
   return true
 end
 

@@ -203,3 +203,18 @@ def test_learned_output_counts_against_tpm(router: RouterClient) -> None:
     assert isinstance(wait, Wait) and wait.reason == "tpm"
     with pytest.raises(ImpossibleRequestError, match="split the prompt"):
         router.admit(input_tokens=800)
+
+
+def test_window_trims_entries_with_zero_tokens_of_a_kind(router: RouterClient) -> None:
+    """Regression: trimming entries whose output tokens were 0 once broke HINCRBY (-0)."""
+    import time
+
+    router.set_quota("a", {"rpm": 1, "tpm": 100, "max_concurrency": 5, "window_s": 0.05})
+    first = router.admit(10)
+    assert isinstance(first, Admission)
+    router.complete(first.lease_id, 10, 0)
+    deadline = time.monotonic() + 5
+    while not isinstance(router.admit(10), Admission):  # the entry leaves the window
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert router.stats().models["a"].output_tokens == 10  # only the new estimate remains

@@ -124,3 +124,41 @@ def test_limits_hold_and_binding_limits_stay_busy(namespace: str, redis_url: str
             used = busy / (quota["max_concurrency"] * span_us)
         print(f"{model}: binding limit used {used:.1%}")
         assert used >= 0.90, f"{model}: binding limit used {used:.1%}"
+
+
+def test_lowered_quota_is_obeyed_from_the_next_admission(namespace: str, redis_url: str) -> None:
+    """Callers keep asking while rpm drops from 40 to 10: every admission after the change
+    sees at most 10 admissions in its window, the old ones included."""
+    settings = RouterSettings(namespace=namespace, guard_ms=20)
+    log = TrafficLog()
+    admin = RouterClient.from_url(redis_url, settings)
+    quota = {"rpm": 40, "tpm": 10**6, "max_concurrency": 100, "window_s": 1.0}
+    admin.set_quota("m", quota)
+    clients = [LoggedRouterClient(admin.redis, settings, log=log) for _ in range(4)]
+    stop_at = time.monotonic() + 3.5
+    changed: list[int] = []
+
+    def caller(client: RouterClient) -> None:
+        while time.monotonic() < stop_at:
+            lease = client.wait_for_admission(AdmitRequest(1), stop_at - time.monotonic())
+            if lease is not None:
+                client.complete(lease.lease_id, 1, 0)
+
+    threads = [threading.Thread(target=caller, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    while len(log.entries) < 40:  # the first window is full at the old quota
+        time.sleep(0.005)
+    seconds, micros = admin.redis.time()
+    changed.append(seconds * 1_000_000 + micros)
+    admin.set_quota("m", {**quota, "rpm": 10})
+    for t in threads:
+        t.join(timeout=30)
+    admin.close()
+
+    times = [e.admitted_us for e in log.for_model("m")]
+    after = [t for t in times if t > changed[0]]
+    assert len(after) >= 20  # admissions went on at the new rate
+    for t in after:
+        in_window = sum(1 for u in times if t - 1_000_000 < u <= t)
+        assert in_window <= 10, f"{in_window} admissions in the window ending {t}"

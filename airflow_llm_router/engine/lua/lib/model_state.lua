@@ -38,9 +38,9 @@ local function trim(m, win_ms)
   end
   redis.call('ZREM', K_WIN(m), unpack(old))
   redis.call('HDEL', K_WTOK(m), unpack(old))
-  redis.call('HINCRBY', K_WTOK(m), '_s', -ds)
-  redis.call('HINCRBY', K_WTOK(m), '_i', -di)
-  redis.call('HINCRBY', K_WTOK(m), '_o', -dout)
+  redis.call('HINCRBY', K_WTOK(m), '_s', int(-ds))
+  redis.call('HINCRBY', K_WTOK(m), '_i', int(-di))
+  redis.call('HINCRBY', K_WTOK(m), '_o', int(-dout))
 end
 
 -- Returns the model's state table, or false when the model has no quota.
