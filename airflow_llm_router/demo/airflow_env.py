@@ -88,12 +88,25 @@ def configure(home: Path, dags_folder: Path, connections: Mapping[str, str]) -> 
     os.environ.update(
         {
             "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__FERNET_KEY": _fernet_key(home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
             "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("LLMR_DEMO_LOG_LEVEL", "WARNING"),
             **connections,
         }
     )
+
+
+def _fernet_key(home: Path) -> str:
+    """The demo home's Fernet key (made once), so Airflow encrypts what it stores and does
+    not warn about an empty key."""
+    path = home / "fernet.key"
+    if not path.exists():
+        from cryptography.fernet import Fernet
+
+        path.write_bytes(Fernet.generate_key())
+        path.chmod(0o600)
+    return path.read_text().strip()
 
 
 def migrate_metadata_db() -> None:

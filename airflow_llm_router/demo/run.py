@@ -42,13 +42,13 @@ class DemoOptions:
     """What ``python -m airflow_llm_router.demo`` was asked to do (see ``--help``)."""
 
     prompts: int = 1000
-    time_scale: float = 60.0
+    time_scale: float = 10.0
     seed: int = 1
     error_rate: float = 0.0
     dag: str = "llm_router_drain"
     fan_out: int = 4
-    chunk_size: int = 100
-    max_in_flight: int = 100
+    chunk_size: int = 250
+    max_in_flight: int = 250
     time_budget_s: float = 900.0
     redis_url: str | None = None
     postgres_dsn: str | None = None

@@ -124,30 +124,49 @@ class Totals:
         return self.bound.makespan_s / self.makespan_s
 
 
-def _n(value: float | int | None, width: int, digits: int = 0) -> str:
+def _n(value: float | None, digits: int = 0) -> str:
     if value is None:
-        return "-".rjust(width)
+        return "-"
     if isinstance(value, float) and math.isinf(value):
-        return "inf".rjust(width)
-    return f"{value:,.{digits}f}".rjust(width)
+        return "inf"
+    return f"{value:,.{digits}f}"
 
 
-_HEADER = (
-    f"{'model':<15}{'calls':>6}{'429s':>6} |{'req/window: avg':>16}{'peak':>6}{'offered':>8}"
-    f"{'rpm':>6} |{'tokens/window: avg':>19}{'peak':>9}{'offered':>9}{'tpm':>9} |"
-    f"{'conc: peak':>11}{'max':>5} |{'R_m/window':>11} {'binds':<11}{'util':>5}"
-)
+# (title, width) per column; groups of columns are separated by " |".
+_COLUMNS: list[list[tuple[str, int]]] = [
+    [("model", -15), ("calls", 6), ("429s", 5)],
+    [("avg", 6), ("peak", 5), ("offer", 6), ("rpm", 5)],
+    [("avg", 8), ("peak", 8), ("offer", 8), ("tpm", 8)],
+    [("peak", 5), ("max", 5)],
+    [("R_m", 6), ("binds", -12), ("util", 5)],
+]
+_GROUPS = ("", "requests/window", "tokens/window", "in flight", "capacity/window")
+
+
+def _line(cells: list[list[str]]) -> str:
+    parts = []
+    for group, values in zip(_COLUMNS, cells, strict=True):
+        parts.append("".join(
+            (f" {v:<{-w - 1}}" if w < 0 else f"{v:>{w + 1}}") for (_, w), v in zip(
+                group, values, strict=True)))
+    return " |".join(parts)
+
+
+def _header() -> list[str]:
+    widths = [sum(abs(w) + 1 for _, w in group) for group in _COLUMNS]
+    top = " |".join(f"{g:^{w}}" for g, w in zip(_GROUPS, widths, strict=True))
+    return [top.rstrip(), _line([[t for t, _ in group] for group in _COLUMNS])]
 
 
 def _row(r: ModelRow) -> str:
     util = r.utilisation
-    return (
-        f"{r.model:<15}{r.calls:>6}{r.rejected_429:>6} |{_n(r.avg_requests, 16, 1)}"
-        f"{_n(r.peak_requests, 6)}{_n(r.peak_offered_requests, 8)}{_n(r.rpm, 6)} |"
-        f"{_n(r.avg_tokens, 19)}{_n(r.peak_tokens, 9)}{_n(r.peak_offered_tokens, 9)}"
-        f"{_n(r.tpm, 9)} |{_n(r.peak_concurrency, 11)}{_n(r.max_concurrency, 5)} |"
-        f"{_n(r.rate_per_window, 11, 1)} {r.binds:<11}{'-' if util is None else f'{util:.0%}':>5}"
-    )
+    return _line([
+        [r.model, str(r.calls), str(r.rejected_429)],
+        [_n(r.avg_requests, 1), _n(r.peak_requests), _n(r.peak_offered_requests), _n(r.rpm)],
+        [_n(r.avg_tokens), _n(r.peak_tokens), _n(r.peak_offered_tokens), _n(r.tpm)],
+        [_n(r.peak_concurrency), _n(r.max_concurrency)],
+        [_n(r.rate_per_window, 1), r.binds, "-" if util is None else f"{util:.0%}"],
+    ])
 
 
 def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
@@ -158,23 +177,23 @@ def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
     lines = [
         f"Per model, as the backend counted it (window = {totals.window_s:g} s wall clock "
         f"= {window_provider_s:g} provider s; time scale {totals.time_scale:g}):",
-        _HEADER,
-        "-" * len(_HEADER),
+        *_header(),
+        "-" * len(_header()[1]),
         *(_row(r) for r in rows),
         "",
         f"tasks: {totals.tasks}  solved {totals.counts.get('solved', 0)}  "
         f"dead {totals.counts.get('dead', 0)}  left unsolved {totals.left}",
         f"violations at the backend (429s): {violations}",
         f"makespan: {totals.makespan_s:.1f} s (first call at the backend -> last answer "
-        f"written in the store); DAG run wall time {totals.dag_run_s:.1f} s "
-        "(includes Airflow's start-up)",
+        "written in the store)",
+        f"DAG run wall time: {totals.dag_run_s:.1f} s (includes Airflow's start-up)",
         f"throughput: {totals.throughput:.1f} tasks/s",
         f"capacity bound: {b.makespan_s:.1f} s = fluid {b.fluid_s:.1f} s + one call "
         f"{b.latency_s:.1f} s; set by the tasks allowing [{binding}]",
         f"  -> this run took {totals.of_bound:.0%} of the bound's speed "
         "(bound makespan / makespan)",
-        "bound inputs: R_m = min(rpm/W, tpm/(W*t), max_concurrency/L) per model, W the window, "
-        "t and L the mean tokens and latency of these prompts on that model (simulator draws); "
-        "preference lists by Hall's condition (fluid max-flow).",
+        "bound inputs: R_m = min(rpm/W, tpm/(W*t), max_concurrency/L) per model (column R_m),",
+        "  W the window, t and L the mean tokens and latency of these prompts on that model",
+        "  (simulator draws); preference lists by Hall's condition (fluid max-flow).",
     ]
     return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Drain the task store's backlog with mapped, deferrable solvers.
+
+``plan`` turns the run's params into one settings dict per solver; ``SolveTaskOperator``
+is mapped over that list with ``expand_kwargs``. Mapping over the solvers' own settings (not
+over a dummy list) keeps the fan-out and every solver's configuration in one place: the
+next step, a backpressure sensor, returns the same list sized by Little's law instead of a
+fixed ``fan_out``. Solvers claim small chunks with ``SKIP LOCKED``, so any number of them
+share the backlog without coordination, and each ends when the backlog is empty or its time
+budget is spent.
+
+Triggered (no schedule); run with ``{"fan_out": 8}`` to change the fan-out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import DAG, Param, task
+
+from airflow_llm_router.operators.solve import SolveTaskOperator
+
+ROUTER_CONN_ID = "llm_router_default"
+BACKEND_CONN_ID = "models_backend_default"
+POSTGRES_CONN_ID = "postgres_default"
+
+with DAG(
+    dag_id="llm_router_drain",
+    schedule=None,
+    catchup=False,
+    tags=["llm-router"],
+    params={
+        "fan_out": Param(4, type="integer", minimum=1, description="mapped solvers"),
+        "chunk_size": Param(100, type="integer", minimum=1,
+                            description="tasks claimed per chunk"),
+        "max_in_flight": Param(100, type="integer", minimum=1,
+                               description="model calls in flight per solver"),
+        "time_budget_s": Param(1500, type="number", exclusiveMinimum=0,
+                               description="a solver claims no new chunk after this"),
+        "store_schema": Param("llm_router", type="string"),
+    },
+    doc_md=__doc__,
+) as dag:
+
+    @task
+    def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One settings dict per solver: the list's length is the fan-out."""
+        assert params is not None
+        solver = {
+            "chunk_size": int(params["chunk_size"]),
+            "max_in_flight": int(params["max_in_flight"]),
+            "time_budget_s": float(params["time_budget_s"]),
+            "store_schema": str(params["store_schema"]),
+        }
+        return [dict(solver) for _ in range(int(params["fan_out"]))]
+
+    SolveTaskOperator.partial(
+        task_id="solve",
+        router_conn_id=ROUTER_CONN_ID,
+        backend_conn_id=BACKEND_CONN_ID,
+        postgres_conn_id=POSTGRES_CONN_ID,
+    ).expand_kwargs(plan())

@@ -1,0 +1,87 @@
+"""The example DAGs parse without services and have the expected shape."""
+
+from __future__ import annotations
+
+import importlib.util
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "example_dags"
+
+
+@pytest.fixture(scope="module")
+def bag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(EXAMPLES), safe_mode=False)
+
+
+def test_every_file_imports(bag) -> None:
+    assert bag.import_errors == {}
+    assert set(bag.dags) == {"as_is_baseline", "llm_router_drain", "llm_router_single_prompt"}
+
+
+def test_drain_maps_the_solver_over_planned_settings(bag) -> None:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+
+    from airflow_llm_router.operators.solve import SolveTaskOperator
+
+    dag = bag.dags["llm_router_drain"]
+    assert type(dag.timetable).__name__ == "NullTimetable"  # triggered, no schedule
+    assert {"fan_out", "chunk_size", "max_in_flight", "time_budget_s"} <= set(dag.params)
+    assert dag.params["fan_out"] == 4
+    solve = dag.get_task("solve")
+    assert isinstance(solve, MappedOperator)
+    assert solve.operator_class is SolveTaskOperator
+    assert solve.partial_kwargs["router_conn_id"] == "llm_router_default"
+    assert solve.partial_kwargs["backend_conn_id"] == "models_backend_default"
+    assert solve.partial_kwargs["postgres_conn_id"] == "postgres_default"
+    assert solve.upstream_task_ids == {"plan"}
+
+
+def test_drain_plan_gives_one_settings_dict_per_solver(bag) -> None:
+    plan = bag.dags["llm_router_drain"].get_task("plan")
+    params = {"fan_out": 3, "chunk_size": 50, "max_in_flight": 20, "time_budget_s": 60,
+              "store_schema": "s"}
+    out = plan.python_callable(params=params)
+    assert out == [{"chunk_size": 50, "max_in_flight": 20, "time_budget_s": 60.0,
+                    "store_schema": "s"}] * 3
+
+
+def test_single_prompt_templates_the_prompt(bag) -> None:
+    solve = bag.dags["llm_router_single_prompt"].get_task("solve")
+    assert solve.prompt == "{{ params.prompt }}"
+    assert "prompt" in solve.template_fields
+
+
+def test_as_is_baseline_has_twenty_workers_and_the_thirty_minute_kill(bag) -> None:
+    dag = bag.dags["as_is_baseline"]
+    worker = dag.get_task("solve_batch")
+    assert worker.partial_kwargs["execution_timeout"] == timedelta(minutes=30)
+    assert dag.params["worker_timeout_s"] == 1800
+    assert set(worker.op_kwargs_expand_input.value) == {"task_ids"}
+    assert worker.upstream_task_ids == {"fetch_unsolved", "backend_models"}
+
+    module = _load(EXAMPLES / "as_is_baseline.py")
+    assert module.N_WORKERS == 20 and module.ITEMS_PER_CALL == 10
+    batches = module.split_equal(list(range(1, 104)), module.N_WORKERS)
+    assert len(batches) == 20 and [i for b in batches for i in b] == list(range(1, 104))
+    assert {len(b) for b in batches} == {5, 6}
+    assert module.split_equal([1, 2], 20)[2:] == [[]] * 18
+
+
+def test_as_is_model_choice() -> None:
+    module = _load(EXAMPLES / "as_is_baseline.py")
+    models = ["a", "b", "c"]
+    assert module.pick_model(7, ["coder", "chat-large"], models) == "coder"
+    assert [module.pick_model(i, None, models) for i in (3, 4, 5)] == ["a", "b", "c"]
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
