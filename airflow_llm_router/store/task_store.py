@@ -9,7 +9,6 @@ thread; threads that claim in parallel each make their own store (claims never c
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
@@ -54,7 +53,6 @@ _LIBPQ_EXTRAS = (
     "target_session_attrs",
 )
 
-_SCHEME = re.compile(r"^postgres(?:ql)?(?:\+[a-z0-9_]+)?://", re.IGNORECASE)
 
 
 class TaskStore:
@@ -80,18 +78,20 @@ class TaskStore:
         :param postgres_conn_id: the Airflow connection id.
         :param kw: ``schema`` and ``table``, passed to the constructor.
         """
-        from airflow.providers.postgres.hooks.postgres import PostgresHook
+        from airflow.sdk import BaseHook
 
-        hook = PostgresHook(postgres_conn_id=postgres_conn_id)
-        uri = _SCHEME.sub("postgresql://", hook.get_uri(), count=1)
-        extras = hook.connection.extra_dejson or {}
-        given = conninfo_to_dict(uri)
-        missing = {
-            key: str(extras[key])
-            for key in _LIBPQ_EXTRAS
-            if key in extras and extras[key] is not None and key not in given
+        conn = BaseHook.get_connection(postgres_conn_id)
+        extras = conn.extra_dejson or {}
+        fields = {
+            "host": conn.host or None,  # a directory for a unix socket: kept as is
+            "port": str(conn.port) if conn.port else None,
+            "user": conn.login or None,
+            "password": conn.password or None,
+            "dbname": conn.schema or None,
         }
-        dsn = make_conninfo(uri, **missing) if missing else uri
+        fields.update({key: str(extras[key]) for key in _LIBPQ_EXTRAS
+                       if extras.get(key) is not None})
+        dsn = make_conninfo("", **{k: v for k, v in fields.items() if v is not None})
         return cls(dsn, **kw)
 
     # --- identity and connection ----------------------------------------------------------

@@ -49,3 +49,20 @@ def test_from_conn_id_uses_the_airflow_connection(
         store.migrate()
         store.enqueue(["via airflow connection"])
         assert store.counts()["pending"] == 1
+
+
+def test_from_conn_id_reaches_a_unix_socket(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket directory as host (embedded or local servers) is passed to libpq as is."""
+    import json
+    from pathlib import Path
+
+    socket_dir = "/var/run/postgresql"
+    if not any(Path(socket_dir).glob(".s.PGSQL.*")):
+        pytest.skip("no local PostgreSQL socket")
+    conn = {"conn_type": "postgres", "host": socket_dir, "login": "postgres", "schema": "test"}
+    monkeypatch.setenv("AIRFLOW_CONN_LLMR_SOCKET_TEST", json.dumps(conn))
+    with TaskStore.from_conn_id("llmr_socket_test", schema=pg_schema) as store:
+        store.migrate()
+        assert store.counts()["pending"] == 0
