@@ -10,15 +10,14 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_llm_router.operators.draining import DrainState, chunk_items, write_results
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import SolveTrigger
 
 __all__ = ["SolveTaskOperator"]
 
-#: Room left between the last admission and the claim expiry, for the call itself to end.
-CALL_MARGIN_S = 60.0
+#: Extra time a deferral may take after its deadline, for calls in flight to end.
+CALL_MARGIN_S = 600.0
 
 
 class SolveTaskOperator(BaseOperator):
@@ -28,21 +27,21 @@ class SolveTaskOperator(BaseOperator):
 
     - ``prompt=`` or ``prompts=[...]``: solve these; the result (XCom) is the answer dict, or
       a list of them in the prompts' order.
-    - neither: drain the task store. Claim ``chunk_size`` tasks, solve them in the triggerer,
-      write the answers (fenced by claim token), and repeat until the backlog is empty or
-      ``time_budget_s`` is spent. Tasks left unsolved go back to the backlog, never lost.
-      The result is a summary dict.
+    - neither: drain the task store from the triggerer. Up to ``max_in_flight`` tasks are in
+      progress at once; as each ends, its answer is written (fenced by claim token) and
+      another task is claimed, until the backlog is empty or ``time_budget_s`` is spent.
+      Tasks left unsolved go back to the backlog, never lost. The result is a summary dict.
 
     Deferrable by default: no worker slot is held while models think. With
     ``deferrable=False`` the same solver runs in the worker.
 
     :param models: allowed models (None: any), tried in order if ``ordered_models``.
     :param priority: ``"hot"`` or ``"bulk"`` for direct prompts (stored tasks carry theirs).
-    :param chunk_size: tasks claimed per deferral.
+    :param chunk_size: the most tasks claimed in one statement (claims happen as slots free).
     :param max_in_flight: prompts this instance has in admission or in a call at once.
     :param time_budget_s: stop claiming new chunks after this long.
-    :param claim_ttl_s: how long a claim lasts; an unfinished chunk's claims expire and its
-        tasks return to the backlog.
+    :param claim_ttl_s: claims are extended while their task is in progress; if the
+        triggerer dies, they expire after this and the tasks return to the backlog.
     :param max_errors: 5xx/timeouts per prompt before it counts as a failed attempt.
     :param retry_backoff_s: first pause after a 5xx/timeout; doubles with each one.
     :param batch_size: above 1, prompts admitted on the same model at about the same time go
@@ -70,7 +69,7 @@ class SolveTaskOperator(BaseOperator):
         chunk_size: int = 100,
         max_in_flight: int = 100,
         time_budget_s: float = 1500.0,
-        claim_ttl_s: float = 900.0,
+        claim_ttl_s: float = 120.0,
         max_errors: int = 3,
         retry_backoff_s: float = 1.0,
         batch_size: int = 1,
@@ -113,54 +112,31 @@ class SolveTaskOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         if self.prompt is not None or self.prompts is not None:
             return self._solve_direct(context)
-        store = self._store()
-        store.migrate()
-        return self._drain(context, DrainState(started=time.time()).to_dict(), store)
+        self._store().migrate()
+        started = time.time()
+        drain = {
+            "postgres_conn_id": self.postgres_conn_id,
+            "schema": self.store_schema,
+            "table": self.store_table,
+            "worker_id": _worker_id(context),
+            "claim_ttl_s": self.claim_ttl_s,
+            "claim_batch": self.chunk_size,
+            "max_output_tokens": self.max_output_tokens,
+        }
+        event = self._solve({"mode": "drain", "started": started}, drain=drain)
+        return self.execute_complete(context, event)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the trigger: the event carries the results and the drain's state."""
+        """Resume after the trigger: the event carries the results or the drain's totals."""
         results = _results(event)
-        state = (event or {}).get("state")
-        if state is None or state.get("mode") == "direct":
-            return self._direct_output(results)
-        store = self._store()
-        drain = DrainState.from_dict(state)
-        if results is None:  # the trigger failed: give the chunk back at once
-            store.release_many({int(k): v for k, v in drain.claims.items()})
-            raise AirflowException(f"solving a chunk failed: {(event or {}).get('error')}")
-        write_results(store, drain, results, self.log)
-        return self._drain(context, drain.to_dict(), store)
-
-    # -- draining the store -----------------------------------------------------------
-
-    def _drain(self, context: Context, state: dict[str, Any], store: TaskStore) -> Any:
-        drain = DrainState.from_dict(state)
-        empty_claims = 0
-        while True:
-            if time.time() - drain.started >= self.time_budget_s:
-                self.log.info("time budget of %.0f s spent", self.time_budget_s)
-                return drain.summary()
-            claimed = store.claim(self.chunk_size, worker_id=_worker_id(context),
-                                  claim_ttl_s=self.claim_ttl_s)
-            if not claimed:
-                empty_claims += 1
-                if store.backlog_size() == 0 or empty_claims > 50:
-                    self.log.info("backlog drained: %s", drain.summary())
-                    return drain.summary()
-                time.sleep(0.05)  # rows were briefly locked by another claimer
-                continue
-            empty_claims = 0
-            drain.claims = {str(t.id): t.claim_token for t in claimed}
-            drain.chunks += 1
-            self.log.info("chunk %d: claimed %d tasks; so far %s",
-                          drain.chunks, len(claimed), drain.summary())
-            items = chunk_items(claimed, self.max_output_tokens)
-            event = self._solve(items, drain.to_dict())
-            results = _results(event)
+        state = (event or {}).get("state") or {}
+        if state.get("mode") == "drain":
             if results is None:
-                store.release_many({int(k): v for k, v in drain.claims.items()})
-                raise AirflowException(f"solving a chunk failed: {(event or {}).get('error')}")
-            write_results(store, drain, results, self.log)
+                raise AirflowException(f"draining failed: {(event or {}).get('error')}")
+            summary = (event or {}).get("summary") or {}
+            self.log.info("drain ended: %s", summary)
+            return summary
+        return self._direct_output(results, event)
 
     # -- direct prompts ---------------------------------------------------------------
 
@@ -177,8 +153,8 @@ class SolveTaskOperator(BaseOperator):
                       max_output_tokens=self.max_output_tokens)
             for i, p in enumerate(prompts)
         ]
-        event = self._solve(items, {"mode": "direct"})
-        return self._direct_output(_results(event), event)
+        event = self._solve({"mode": "direct"}, items=items)
+        return self.execute_complete(context, event)
 
     def _direct_output(self, results: list[SolveResult] | None,
                        event: dict[str, Any] | None = None) -> Any:
@@ -193,13 +169,13 @@ class SolveTaskOperator(BaseOperator):
 
     # -- the trigger, deferred or inline ----------------------------------------------
 
-    def _solve(self, items: list[SolveItem], state: dict[str, Any]) -> dict[str, Any]:
+    def _solve(self, state: dict[str, Any], *, items: list[SolveItem] | None = None,
+               drain: dict[str, Any] | None = None) -> dict[str, Any]:
         """Defer to the trigger (raises TaskDeferred), or run it here and return its event."""
-        budget_end = state.get("started", time.time()) + self.time_budget_s
-        deadline = min(time.time() + self.claim_ttl_s - CALL_MARGIN_S, budget_end)
-        deadline = max(deadline, time.time() + 1.0)
+        deadline = time.time() + self.time_budget_s
         trigger = SolveTrigger(
-            items=[i.to_dict() for i in items],
+            items=[i.to_dict() for i in items] if items is not None else None,
+            drain=drain,
             router_conn_id=self.router_conn_id,
             backend_conn_id=self.backend_conn_id,
             deadline=deadline,
@@ -211,7 +187,7 @@ class SolveTaskOperator(BaseOperator):
         )
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete",
-                       timeout=timedelta(seconds=deadline - time.time() + 2 * CALL_MARGIN_S))
+                       timeout=timedelta(seconds=self.time_budget_s + CALL_MARGIN_S))
         return asyncio.run(_first_event(trigger))
 
     def _store(self) -> TaskStore:
@@ -231,7 +207,7 @@ def _results(event: dict[str, Any] | None) -> list[SolveResult] | None:
         raise AirflowException(f"unexpected event from the solve trigger: {event!r:.200}")
     if event["status"] == "error":
         return None
-    return [SolveResult.from_dict(doc) for doc in event["results"]]
+    return [SolveResult.from_dict(doc) for doc in event.get("results", [])]
 
 
 def _worker_id(context: Context) -> str:

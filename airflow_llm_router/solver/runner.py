@@ -9,10 +9,11 @@ a 5xx or timeout after a backoff. Live leases are heartbeated together, not one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from airflow_llm_router.engine.batching import BatchAdmitter
@@ -30,7 +31,7 @@ from airflow_llm_router.solver.backend import (
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.tokens import count_input_tokens
 
-__all__ = ["SolveOptions", "solve_items"]
+__all__ = ["SolveOptions", "Solver", "solve_items", "solving"]
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,9 @@ class _MicroBatcher:
                 future.set_result(result)
 
 
-class _Solver:
+class Solver:
+    """Solves prompts one by one, many at once; see :func:`solving`."""
+
     def __init__(self, router: AsyncRouterClient, http: ShardedClient,
                  backend: BackendConfig, options: SolveOptions, admitter: BatchAdmitter,
                  progress: _Progress) -> None:
@@ -236,6 +239,31 @@ async def _report(progress: _Progress, every_s: float) -> None:
                  progress.total - progress.done - progress.calling)
 
 
+@contextlib.asynccontextmanager
+async def solving(
+    router: AsyncRouterClient,
+    http: ShardedClient,
+    backend: BackendConfig,
+    options: SolveOptions,
+) -> AsyncIterator[Solver]:
+    """A solver and its helpers (batched admission, lease heartbeats, send stamps,
+    progress log) for as long as the block runs; ``solver.solve(item)`` solves one prompt."""
+    progress = _Progress(total=0)
+    async with BatchAdmitter(router) as admitter:
+        solver = Solver(router, http, backend, options, admitter, progress)
+        helpers = [asyncio.create_task(_keep_alive(router, progress)),
+                   asyncio.create_task(_report(progress, options.progress_every_s)),
+                   asyncio.create_task(solver.stamps.run())]
+        try:
+            yield solver
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+    log.info("solving: %d prompts done: %d solved, %d admission round trips",
+             progress.done, progress.solved, admitter.round_trips)
+
+
 async def solve_items(
     items: Sequence[SolveItem],
     router: AsyncRouterClient,
@@ -244,18 +272,6 @@ async def solve_items(
     options: SolveOptions,
 ) -> list[SolveResult]:
     """Solve every item; results come back in the items' order."""
-    progress = _Progress(total=len(items))
-    async with BatchAdmitter(router) as admitter:
-        solver = _Solver(router, http, backend, options, admitter, progress)
-        helpers = [asyncio.create_task(_keep_alive(router, progress)),
-                   asyncio.create_task(_report(progress, options.progress_every_s)),
-                   asyncio.create_task(solver.stamps.run())]
-        try:
-            results = await asyncio.gather(*(solver.solve(item) for item in items))
-        finally:
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-    log.info("solving: chunk of %d done: %d solved, %d admission round trips",
-             len(items), progress.solved, admitter.round_trips)
-    return list(results)
+    async with solving(router, http, backend, options) as solver:
+        solver.progress.total = len(items)
+        return list(await asyncio.gather(*(solver.solve(item) for item in items)))

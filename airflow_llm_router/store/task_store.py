@@ -80,10 +80,15 @@ class TaskStore:
         """
         from airflow.sdk import BaseHook
 
-        conn = BaseHook.get_connection(postgres_conn_id)
+        return cls(cls.dsn_from_connection(BaseHook.get_connection(postgres_conn_id)), **kw)
+
+    @staticmethod
+    def dsn_from_connection(conn: Any) -> str:
+        """A libpq DSN from an Airflow connection's fields (a socket directory as host is
+        kept as is) and libpq options such as ``sslmode`` from its extra."""
         extras = conn.extra_dejson or {}
         fields = {
-            "host": conn.host or None,  # a directory for a unix socket: kept as is
+            "host": conn.host or None,
             "port": str(conn.port) if conn.port else None,
             "user": conn.login or None,
             "password": conn.password or None,
@@ -91,8 +96,7 @@ class TaskStore:
         }
         fields.update({key: str(extras[key]) for key in _LIBPQ_EXTRAS
                        if extras.get(key) is not None})
-        dsn = make_conninfo("", **{k: v for k, v in fields.items() if v is not None})
-        return cls(dsn, **kw)
+        return make_conninfo("", **{k: v for k, v in fields.items() if v is not None})
 
     # --- identity and connection ----------------------------------------------------------
 

@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_llm_router.hooks.models_backend import ModelsBackendHook, http_client
 from airflow_llm_router.hooks.router import RouterHook
+from airflow_llm_router.solver.drain import DrainOptions, DrainState, drain_store
 from airflow_llm_router.solver.items import SolveItem
-from airflow_llm_router.solver.runner import SolveOptions, solve_items
+from airflow_llm_router.solver.runner import SolveOptions, solve_items, solving
+from airflow_llm_router.store import TaskStore
 
 __all__ = ["SolveTrigger"]
 
 
 class SolveTrigger(BaseTrigger):
-    """Solve ``items`` under the router's admission and yield one event with every result.
+    """Solve prompts under the router's admission, in the triggerer, and yield one event.
 
-    Safe to run twice (a triggerer can fail over): admissions are keyed by each item's
-    ``request_id``, so a second run gets live leases back instead of reserving again, and
-    results are written by the operator, fenced by claim token.
+    Two modes: ``items`` (prompts given directly; the event carries every result), or
+    ``drain`` (claim tasks from the store, keep ``max_in_flight`` of them going, write each
+    answer fenced by its claim token; the event carries the totals).
 
-    :param items: :class:`SolveItem` dicts.
+    Safe to run twice (a triggerer can fail over): admissions are keyed by request ids that
+    hold the task's claim token, so a second run of the same items gets live leases back
+    instead of reserving again; two drains claim different tasks (SKIP LOCKED), and a late
+    writer is refused by the claim token.
+
+    :param items: :class:`SolveItem` dicts, or None with ``drain``.
+    :param drain: ``{"postgres_conn_id", "schema", "table", "worker_id", "claim_ttl_s",
+        "claim_batch", "max_output_tokens"}`` to drain the task store until ``deadline``.
     :param router_conn_id: the ``llm_router`` connection.
     :param backend_conn_id: the ``models_backend`` connection.
     :param deadline: epoch seconds; prompts not admitted by then come back ``unfinished``.
@@ -37,7 +49,8 @@ class SolveTrigger(BaseTrigger):
     def __init__(
         self,
         *,
-        items: list[dict[str, Any]],
+        items: list[dict[str, Any]] | None = None,
+        drain: dict[str, Any] | None = None,
         router_conn_id: str,
         backend_conn_id: str,
         deadline: float,
@@ -48,7 +61,10 @@ class SolveTrigger(BaseTrigger):
         state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        if (items is None) == (drain is None):
+            raise ValueError("items, drain: give exactly one of them")
         self.items = items
+        self.drain = drain
         self.router_conn_id = router_conn_id
         self.backend_conn_id = backend_conn_id
         self.deadline = deadline
@@ -63,6 +79,7 @@ class SolveTrigger(BaseTrigger):
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
                 "items": self.items,
+                "drain": self.drain,
                 "router_conn_id": self.router_conn_id,
                 "backend_conn_id": self.backend_conn_id,
                 "deadline": self.deadline,
@@ -76,25 +93,49 @@ class SolveTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
-            results = await self._solve()
-        except Exception as err:  # reported to the operator, which returns the claims
-            self.log.exception("solving a chunk of %d prompts failed", len(self.items))
+            payload = await (self._drain() if self.drain is not None else self._solve())
+        except Exception as err:  # reported to the operator, which fails the task
+            self.log.exception("solving failed")
             yield TriggerEvent({"status": "error", "error": f"{type(err).__name__}: {err}",
                                 "state": self.state})
             return
-        yield TriggerEvent({"status": "done", "results": results, "state": self.state})
+        yield TriggerEvent({"status": "done", **payload, "state": self.state})
 
-    async def _solve(self) -> list[dict[str, Any]]:
+    def _options(self) -> SolveOptions:
+        return SolveOptions(deadline=self.deadline, max_in_flight=self.max_in_flight,
+                            max_errors=self.max_errors, backoff_s=self.retry_backoff_s,
+                            batch_size=self.batch_size)
+
+    async def _solve(self) -> dict[str, Any]:
+        assert self.items is not None
         items = [SolveItem.from_dict(doc) for doc in self.items]
         router = await RouterHook(self.router_conn_id).get_async_client()
         try:
             backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
-            options = SolveOptions(deadline=self.deadline, max_in_flight=self.max_in_flight,
-                                   max_errors=self.max_errors,
-                                   backoff_s=self.retry_backoff_s,
-                                   batch_size=self.batch_size)
             async with http_client(backend, self.max_in_flight) as http:
-                results = await solve_items(items, router, http, backend, options)
+                results = await solve_items(items, router, http, backend, self._options())
         finally:
             await router.aclose()
-        return [r.to_dict() for r in results]
+        return {"results": [r.to_dict() for r in results]}
+
+    async def _drain(self) -> dict[str, Any]:
+        assert self.drain is not None
+        spec = self.drain
+        conn = await BaseHook.aget_connection(spec["postgres_conn_id"])
+        store = TaskStore(TaskStore.dsn_from_connection(conn), schema=spec["schema"],
+                          table=spec["table"])
+        options = DrainOptions(worker_id=spec["worker_id"], claim_ttl_s=spec["claim_ttl_s"],
+                               deadline=self.deadline, max_in_flight=self.max_in_flight,
+                               claim_batch=int(spec.get("claim_batch", 100)),
+                               max_output_tokens=spec.get("max_output_tokens"))
+        state = DrainState(started=float(self.state.get("started", 0.0)) or time.time())
+        router = await RouterHook(self.router_conn_id).get_async_client()
+        try:
+            backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
+            async with http_client(backend, self.max_in_flight) as http, \
+                    solving(router, http, backend, self._options()) as solver:
+                state = await drain_store(store, solver, options, state)
+        finally:
+            await router.aclose()
+            await asyncio.to_thread(store.close)
+        return {"summary": state.summary()}

@@ -1,0 +1,196 @@
+"""Drain the task store from the triggerer, keeping up to ``max_in_flight`` prompts going.
+
+A chunked drain (claim N, solve all N, write, claim again) idles while each chunk's slowest
+prompt finishes: with latencies from 1 s to 2 min, most of a chunk's time is its tail. Here
+a new task is claimed as soon as a prompt finishes, answers are written as they come (fenced
+by claim token, in small batches), and the claims of prompts still in progress are extended,
+so the claim TTL can stay short and a crashed triggerer's tasks come back quickly.
+
+The store is synchronous (psycopg); its calls run in a worker thread, one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_llm_router.solver.items import SolveItem, SolveResult
+from airflow_llm_router.solver.runner import Solver
+from airflow_llm_router.store import ClaimedTask, TaskFailure, TaskResult, TaskStore
+
+__all__ = ["DrainOptions", "DrainState", "drain_store"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DrainState:
+    """Everything a drain must remember between deferrals (JSON-safe: trigger kwargs)."""
+
+    started: float
+    chunks: int = 0
+    solved: int = 0
+    failed: int = 0
+    dead: int = 0
+    released: int = 0
+    stale: int = 0
+    claims: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> DrainState:
+        return cls(**doc)
+
+    def summary(self) -> dict[str, Any]:
+        return {"solved": self.solved, "failed": self.failed, "dead": self.dead,
+                "released": self.released, "stale": self.stale, "chunks": self.chunks,
+                "elapsed_s": round(time.time() - self.started, 3)}
+
+
+def chunk_items(claimed: list[ClaimedTask], max_output_tokens: int | None) -> list[SolveItem]:
+    """Solver items for claimed tasks. The request id carries the claim token: a restarted
+    trigger of the same claim reuses its leases; a new claim of the task starts afresh."""
+    return [
+        SolveItem(key=str(t.id), prompt=t.prompt, request_id=f"task-{t.id}:{t.claim_token}",
+                  models=t.allowed_models, ordered=True, priority=t.priority,
+                  max_output_tokens=max_output_tokens)
+        for t in claimed
+    ]
+
+
+def write_results(store: TaskStore, drain: DrainState, results: list[SolveResult],
+                  log: logging.Logger | Any) -> None:
+    """Write a chunk's results, each fenced by its claim token, in three statements."""
+    token = {int(k): v for k, v in drain.claims.items()}
+    solved = [TaskResult(int(r.key), token[int(r.key)], r.answer or "", r.model or "",
+                         r.input_tokens, r.output_tokens)
+              for r in results if r.status == "solved" and int(r.key) in token]
+    failed = [TaskFailure(int(r.key), token[int(r.key)], r.error or "failed", r.retryable)
+              for r in results if r.status == "failed" and int(r.key) in token]
+    unfinished = {int(r.key): token[int(r.key)] for r in results
+                  if r.status == "unfinished" and int(r.key) in token}
+    written = store.complete_many(solved) if solved else {}
+    statuses = store.fail_many(failed) if failed else {}
+    released = store.release_many(unfinished) if unfinished else {}
+    drain.solved += sum(written.values())
+    drain.failed += sum(1 for s in statuses.values() if s is not None)
+    drain.dead += sum(1 for s in statuses.values() if s == "dead")
+    drain.released += sum(released.values())
+    drain.stale += (len(written) - sum(written.values())
+                    + sum(1 for s in statuses.values() if s is None)
+                    + len(released) - sum(released.values()))
+    if drain.stale:
+        log.warning("%d results were refused: their claims had expired and were re-claimed",
+                    drain.stale)
+    drain.claims = {}
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    """How the store is drained.
+
+    :param worker_id: recorded on each claim.
+    :param claim_ttl_s: claims are extended every third of this while their prompt is in
+        progress; a claim not extended (the triggerer died) expires and is re-claimed.
+    :param deadline: epoch seconds after which no task is claimed.
+    :param max_in_flight: tasks in progress at once.
+    :param claim_batch: the most tasks claimed in one statement.
+    :param max_output_tokens: sent to the backend as each call's output cap.
+    :param flush_every_s: how often buffered answers are written.
+    """
+
+    worker_id: str
+    claim_ttl_s: float
+    deadline: float
+    max_in_flight: int
+    claim_batch: int = 100
+    max_output_tokens: int | None = None
+    flush_every_s: float = 0.2
+
+
+@dataclass
+class _Draining:
+    store: TaskStore
+    options: DrainOptions
+    state: DrainState
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    claims: dict[int, str] = field(default_factory=dict)
+    results: list[SolveResult] = field(default_factory=list)
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        async with self.lock:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def claim(self, n: int) -> list[Any]:
+        claimed = await self.call(self.store.claim, n, worker_id=self.options.worker_id,
+                                  claim_ttl_s=self.options.claim_ttl_s)
+        self.claims.update({t.id: t.claim_token for t in claimed})
+        return claimed
+
+    async def flush(self) -> None:
+        done, self.results = self.results, []
+        if not done:
+            return
+        chunk = DrainState(started=self.state.started,
+                           claims={str(int(r.key)): self.claims.pop(int(r.key)) for r in done})
+        await self.call(write_results, self.store, chunk, done, log)
+        for name in ("solved", "failed", "dead", "released", "stale"):
+            setattr(self.state, name, getattr(self.state, name) + getattr(chunk, name))
+
+    async def extend(self) -> None:
+        if self.claims:
+            await self.call(self.store.extend_claims, dict(self.claims),
+                            claim_ttl_s=self.options.claim_ttl_s)
+
+
+async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
+                      state: DrainState) -> DrainState:
+    """Claim, solve and write until the backlog is empty or the deadline passes."""
+    d = _Draining(store, options, state)
+    active: set[asyncio.Task[SolveResult]] = set()
+    backlog_seen_empty = False
+    last_flush = last_extend = time.monotonic()
+    refill = max(1, min(10, options.max_in_flight // 10, options.claim_batch))
+    try:
+        while True:
+            open_slots = options.max_in_flight - len(active)
+            may_claim = time.time() < options.deadline and not backlog_seen_empty
+            if may_claim and (open_slots >= refill or not active):
+                claimed = await d.claim(min(open_slots, options.claim_batch))
+                if claimed:
+                    state.chunks += 1
+                    solver.progress.total += len(claimed)
+                    for item in chunk_items(claimed, options.max_output_tokens):
+                        active.add(asyncio.create_task(solver.solve(item)))
+                elif not active:
+                    backlog_seen_empty = await d.call(store.backlog_size) == 0
+                    if not backlog_seen_empty:
+                        await asyncio.sleep(0.05)  # rows briefly locked by another claimer
+                    continue
+            if not active:
+                break
+            done, active = await asyncio.wait(active, timeout=options.flush_every_s,
+                                              return_when=asyncio.FIRST_COMPLETED)
+            d.results.extend(task.result() for task in done)
+            now = time.monotonic()
+            if now - last_flush >= options.flush_every_s or not active:
+                await d.flush()
+                last_flush = now
+            if now - last_extend >= options.claim_ttl_s / 3:
+                await d.extend()
+                last_extend = now
+                backlog_seen_empty = False  # new tasks may have arrived meanwhile
+    finally:
+        for task in active:
+            task.cancel()
+        await asyncio.gather(*active, return_exceptions=True)
+        await d.flush()
+        if d.claims:  # cut short: give the rest back at once rather than at claim expiry
+            released = await d.call(store.release_many, dict(d.claims))
+            state.released += sum(released.values())
+    return state
