@@ -4,9 +4,9 @@
 is mapped over that list with ``expand_kwargs``. Mapping over the solvers' own settings (not
 over a dummy list) keeps the fan-out and every solver's configuration in one place: the
 next step, a backpressure sensor, returns the same list sized by Little's law instead of a
-fixed ``fan_out``. Solvers claim small chunks with ``SKIP LOCKED``, so any number of them
-share the backlog without coordination, and each ends when the backlog is empty or its time
-budget is spent.
+fixed ``fan_out``. Solvers claim tasks as slots free up, with ``SKIP LOCKED``, so any number
+of them share the backlog without coordination, and each ends when the backlog is empty or its
+time budget is spent.
 
 Triggered (no schedule); run with ``{"fan_out": 8}`` to change the fan-out.
 """

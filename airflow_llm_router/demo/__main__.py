@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-in-flight", type=int, default=d.max_in_flight,
         help="model calls in flight per solver (drain DAG)")
     add("--time-budget-s", type=float, default=d.time_budget_s,
-        help="wall-clock seconds after which a solver claims no new chunk (drain DAG)")
+        help="wall-clock seconds after which a solver claims no new task (drain DAG)")
     add("--redis-url", help="use this Redis instead of starting an embedded one")
     add("--postgres-dsn", help="use this PostgreSQL instead of starting an embedded one")
     add("--schema", default=d.schema,
