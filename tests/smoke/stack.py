@@ -1,0 +1,363 @@
+"""Run the real Airflow components (scheduler, triggerer, DAG processor, API server) as one
+process group, talk to them, and stop them.
+
+Everything here is bounded: every wait has a deadline and polls a condition; nothing sleeps
+blindly. Facts it relies on (Airflow 3.3): components start further ``airflow`` processes, so
+the venv's ``bin`` must be on PATH; LocalExecutor workers ignore SIGTERM, so the whole stack
+runs in one new process group and is stopped with one signal to the group; workers call the
+execution API at ``[api] base_url``, so host, port and base URL are set together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+T = TypeVar("T")
+
+#: The components, each started as ``airflow <args>`` with its output in ``<name>.log``.
+#: ``--skip-serve-logs``: no log servers, whose fixed default ports (8793, 8794) would clash
+#: between runs side by side; the logs are read from disk.
+COMPONENTS: dict[str, list[str]] = {
+    "scheduler": ["scheduler", "--skip-serve-logs"],
+    "triggerer": ["triggerer", "--skip-serve-logs"],
+    "dag-processor": ["dag-processor"],
+    "api-server": ["api-server"],
+}
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1 (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout_s: float,
+             interval_s: float = 0.25) -> T:
+    """Poll ``check`` until it returns something other than None/False, or fail after
+    ``timeout_s`` naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PgServer:
+    """Where the local PostgreSQL is, from a libpq DSN such as the tests' ``POSTGRES_DSN``."""
+
+    host: str
+    port: int
+    user: str
+    password: str | None
+    dbname: str
+
+    @classmethod
+    def from_dsn(cls, dsn: str) -> PgServer:
+        params = conninfo_to_dict(dsn)
+        return cls(host=str(params.get("host") or "127.0.0.1"),
+                   port=int(params.get("port") or 5432),
+                   user=str(params.get("user") or "postgres"),
+                   password=str(params["password"]) if params.get("password") else None,
+                   dbname=str(params.get("dbname") or "postgres"))
+
+    def dsn(self, dbname: str | None = None) -> str:
+        return make_conninfo(host=self.host, port=self.port, user=self.user,
+                             password=self.password, dbname=dbname or self.dbname)
+
+    def sqlalchemy_url(self, dbname: str) -> str:
+        from sqlalchemy.engine import URL
+
+        url = URL.create("postgresql+psycopg2", username=self.user, password=self.password,
+                         host=self.host, port=self.port, database=dbname)
+        return url.render_as_string(hide_password=False)
+
+    def airflow_conn(self, dbname: str | None = None) -> dict[str, Any]:
+        conn: dict[str, Any] = {"conn_type": "postgres", "host": self.host, "port": self.port,
+                                "login": self.user, "schema": dbname or self.dbname}
+        if self.password:
+            conn["password"] = self.password
+        return conn
+
+    def create_database(self, name: str) -> None:
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    def drop_database(self, name: str) -> None:
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                         .format(sql.Identifier(name)))
+
+    def drop_schema(self, name: str) -> None:
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``, read from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces or parentheses.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def describe(pids: list[int]) -> list[str]:
+    """``pid: command line`` of each process."""
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            cmd = "?"
+        out.append(f"{pid}: {cmd[:120]}")
+    return out
+
+
+@dataclass
+class StopReport:
+    term_s: float  # SIGTERM until the group was empty (or until we gave up)
+    killed: list[str]  # what was still alive after the grace period and got SIGKILL
+    left: list[int]  # still alive after SIGKILL (should be empty)
+
+
+@dataclass
+class AirflowStack:
+    """One Airflow installation in ``home`` with its metadata database, run as one process
+    group."""
+
+    home: Path
+    dags_folder: Path
+    sql_alchemy_conn: str
+    connections: dict[str, dict[str, Any]]
+    extra_env: dict[str, str] = field(default_factory=dict)
+    parallelism: int = 8
+    api_port: int = field(default_factory=free_port)
+    admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    jwt_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    proc: subprocess.Popen[bytes] | None = None
+    pgid: int | None = None
+    stopped: StopReport | None = None
+    _token: str | None = None
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def bin_dir(self) -> Path:
+        return Path(sys.executable).parent
+
+    def env(self) -> dict[str, str]:
+        """The components' environment: ours, not the test process's Airflow settings
+        (the suite's conftest sets unit-test mode and its own AIRFLOW_HOME)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        passwords = self.home / "passwords.json"
+        if not passwords.exists():
+            passwords.write_text(json.dumps({"admin": self.admin_password}))
+        env.update({
+            "PATH": f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sql_alchemy_conn,
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.api_port),
+            "AIRFLOW__API__BASE_URL": self.api_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            # A worker's supervisor notices its task process has exited only when its wait
+            # (at most this long) ends. Airflow 3.3.2 races there: if a deferred task's trigger
+            # fires and the scheduler queues the resumed task before it has processed the
+            # deferring process's (stale) "success" event, it marks the task failed ("state
+            # mismatch"; apache/airflow#71580, #72716). The default of 5 s made that
+            # happen here; 1 s keeps the stale event ahead of the trigger's few seconds.
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+        })
+        for conn_id, conn in self.connections.items():
+            env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
+        env.update(self.extra_env)
+        return env
+
+    # -- the CLI --------------------------------------------------------------------------
+
+    def cli(self, *args: str, timeout_s: float = 60.0) -> str:
+        """Run ``airflow <args>``; its stdout, or an error with its output."""
+        env = self.env()
+        done = subprocess.run([str(self.bin_dir / "airflow"), *args], env=env,
+                              capture_output=True, text=True, timeout=timeout_s,
+                              cwd=self.home, check=False)
+        with open(self.home / "cli.log", "a") as log:
+            log.write(f"$ airflow {shlex.join(args)}  -> {done.returncode}\n"
+                      f"{done.stdout}\n{done.stderr}\n")
+        if done.returncode != 0:
+            raise RuntimeError(f"airflow {shlex.join(args)} exited {done.returncode}:\n"
+                               f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    # -- the process group ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every component in one new session (``start_new_session``: the child calls
+        setsid()), hence one new process group whose id is the leader's pid.
+
+        A small ``sh`` is the group leader; on SIGTERM it waits for its children instead of
+        dying first, so the group's processes are reaped in order. Returns once the shell has
+        started every component: a SIGTERM sent earlier would reach the shell before it
+        forked the rest, which would then run on unsignalled.
+        """
+        airflow = shlex.quote(str(self.bin_dir / "airflow"))
+        lines = ["trap 'wait' TERM INT"]
+        for name, args in COMPONENTS.items():
+            log = shlex.quote(str(self.home / f"{name}.log"))
+            lines.append(f"{airflow} {shlex.join(args)} >{log} 2>&1 &")
+        lines.append("wait")
+        self.proc = subprocess.Popen(["sh", "-c", "\n".join(lines)], env=self.env(),
+                                     cwd=self.home, start_new_session=True,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.pgid = os.getpgid(self.proc.pid)
+        assert self.pgid == self.proc.pid, "the stack should lead its own process group"
+        wait_for("the shell to start every component",
+                 lambda: len(self._components()) == len(COMPONENTS), 10.0, 0.02)
+
+    def _components(self) -> list[int]:
+        """The component processes still running (the group leader's children)."""
+        if self.proc is None:
+            return []
+        return [pid for pid in self.members() if _parent(pid) == self.proc.pid]
+
+    def members(self) -> list[int]:
+        if self.proc is not None:
+            self.proc.poll()  # reap the group leader once it has exited
+        return group_members(self.pgid) if self.pgid is not None else []
+
+    def stop(self, grace_s: float = 30.0) -> StopReport:
+        """SIGTERM the whole group, wait up to ``grace_s`` for it to empty, SIGKILL what is
+        left, and report."""
+        if self.stopped is not None:
+            return self.stopped
+        if self.pgid is None:
+            return StopReport(0.0, [], [])
+        start = time.monotonic()
+        members = self.members()
+        before = dict(zip(members, describe(members), strict=True))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGTERM)
+        exits: list[str] = []
+
+        def empty() -> bool:
+            members = set(self.members())
+            for pid in [p for p in before if p not in members]:
+                exits.append(f"+{time.monotonic() - start:5.2f} s  exited {before.pop(pid)}")
+            return not members
+
+        with contextlib.suppress(TimeoutError):
+            wait_for("the stack to exit", empty, grace_s, 0.1)
+        (self.home / "stop.log").write_text("\n".join(exits) + "\n")
+        term_s = time.monotonic() - start
+        leftovers = self.members()
+        killed = describe(leftovers) if leftovers else []
+        if leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                wait_for("the killed group to disappear", lambda: not self.members(), 5.0, 0.05)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        self.stopped = StopReport(term_s, killed, self.members())
+        return self.stopped
+
+    def alive(self) -> bool:
+        """True while every component runs; raises (with the logs' tails) if one has exited,
+        so a crash fails fast instead of looking like a slow start or a slow run."""
+        if self.proc is None:
+            return False
+        running = self._components()
+        if self.proc.poll() is not None or len(running) < len(COMPONENTS):
+            raise RuntimeError(f"a component of the stack exited ({len(running)} of "
+                               f"{len(COMPONENTS)} still run)\n{self.read_logs()}")
+        return True
+
+    # -- the REST API ---------------------------------------------------------------------
+
+    def token(self) -> str | None:
+        """A JWT for the admin user, or None while the API server is not up yet."""
+        if self._token is None:
+            try:
+                response = httpx.post(f"{self.api_url}/auth/token", timeout=5,
+                                      json={"username": "admin",
+                                            "password": self.admin_password})
+            except httpx.TransportError:
+                return None
+            if response.status_code >= 500:
+                return None
+            response.raise_for_status()
+            self._token = str(response.json()["access_token"])
+        return self._token
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        token = self.token()
+        if token is None:
+            raise RuntimeError("the API server is not up")
+        return httpx.request(method, f"{self.api_url}/api/v2{path}", timeout=10,
+                             headers={"Authorization": f"Bearer {token}"}, **kwargs)
+
+    def read_logs(self) -> str:
+        """The tail of every component's log, for failure messages."""
+        parts = []
+        for name in [*COMPONENTS, "cli"]:
+            path = self.home / f"{name}.log"
+            if path.exists():
+                text = path.read_text(errors="replace")
+                parts.append(f"----- {name}.log (tail) -----\n{text[-3000:]}")
+        return "\n".join(parts)
