@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -78,6 +79,10 @@ class ModelsBackendHook(BaseHook):
         return response.status_code < 500, f"{config.base_url} answered {response.status_code}"
 
 
-def http_client(config: BackendConfig, max_connections: int) -> ShardedClient:
-    """An async HTTP client for the backend, sized for ``max_connections`` calls at once."""
-    return ShardedClient(config, max_connections)
+async def http_client(config: BackendConfig, max_connections: int) -> ShardedClient:
+    """An async HTTP client for the backend, sized for ``max_connections`` calls at once.
+
+    Built in a worker thread: each pool loads TLS settings (~0.1 s), which would otherwise
+    stall every trigger sharing the triggerer's event loop.
+    """
+    return await asyncio.to_thread(ShardedClient, config, max_connections)

@@ -17,10 +17,15 @@ __all__ = ["RouterHook", "redis_kwargs", "router_settings"]
 _SSL_FIELDS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_keyfile", "ssl_certfile",
                "ssl_check_hostname")
 
+#: Seconds a Redis call may take before it fails. redis-py's own default (5 s) is short
+#: for a Redis shared with other load; one failed call would end a whole drain.
+SOCKET_TIMEOUT_S = 30.0
+
 
 def redis_kwargs(conn: Any) -> dict[str, Any]:
     """``redis.Redis`` keyword arguments from an Airflow connection (``llm_router`` or
-    ``redis`` type): host, port, login, password, and ``db``/``ssl*`` from the extra."""
+    ``redis`` type): host, port, login, password, and ``db``, ``socket_timeout`` and
+    ``ssl*`` from the extra."""
     extra = conn.extra_dejson
     password = conn.password
     if str(password).lower() in ("none", "false", ""):
@@ -31,6 +36,8 @@ def redis_kwargs(conn: Any) -> dict[str, Any]:
         "username": conn.login or None,
         "password": password,
         "db": int(extra.get("db", 0)),
+        "socket_timeout": float(extra.get("socket_timeout", SOCKET_TIMEOUT_S)),
+        "socket_connect_timeout": 10.0,
     }
     kwargs.update({k: extra[k] for k in _SSL_FIELDS if k in extra})
     return kwargs

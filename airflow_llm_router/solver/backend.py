@@ -82,8 +82,10 @@ class ShardedClient:
     def __init__(self, config: BackendConfig, max_connections: int) -> None:
         shards = max(1, min(16, -(-max_connections // CONNECTIONS_PER_SHARD)))
         per = max(1, -(-max_connections // shards))
+        tls = httpx.create_ssl_context()  # one for all pools: building it is the slow part
         self._clients = [
             httpx.AsyncClient(
+                verify=tls,
                 base_url=config.base_url,
                 headers=config.headers,
                 timeout=httpx.Timeout(config.timeout_s, connect=10.0),

@@ -112,7 +112,7 @@ class SolveTrigger(BaseTrigger):
         router = await RouterHook(self.router_conn_id).get_async_client()
         try:
             backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
-            async with http_client(backend, self.max_in_flight) as http:
+            async with await http_client(backend, self.max_in_flight) as http:
                 results = await solve_items(items, router, http, backend, self._options())
         finally:
             await router.aclose()
@@ -132,7 +132,7 @@ class SolveTrigger(BaseTrigger):
         router = await RouterHook(self.router_conn_id).get_async_client()
         try:
             backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
-            async with http_client(backend, self.max_in_flight) as http, \
+            async with await http_client(backend, self.max_in_flight) as http, \
                     solving(router, http, backend, self._options()) as solver:
                 state = await drain_store(store, solver, options, state)
         finally:
