@@ -6,7 +6,6 @@
 -- Reply per request: {'A', model, lease id, ttl ms, reused 0/1} | {'W', wait ms, reason}
 --                    | {'E', reason, model or ''}
 local reqs = cjson.decode(ARGV[2])
-local ALL = nil
 
 local function reuse(req)
   local lid = redis.call('HGET', K_REQUESTS, req.rid)
@@ -39,53 +38,49 @@ local function reserve(st, req)
   return lid
 end
 
--- Allowed models that could ever take the request, or an error reply.
-local function candidates(req)
-  if not req.ms and not ALL then ALL = redis.call('HKEYS', K_QUOTAS) end
-  local names = req.ms or ALL
-  if #names == 0 then return nil, {'E', 'no_models', ''} end
-  local cands, why = {}, {}
-  for _, m in ipairs(names) do
-    local st = load_model(m)
-    if not st then
-      if req.ms then return nil, {'E', 'unknown_model', m} end
-    else
-      local bad = never_fits(st, need_for(st, req))
-      if bad then
-        why[bad] = m
-        redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)
-      else
-        cands[#cands + 1] = st
-      end
-    end
-  end
-  if #cands > 0 then return cands end
-  if why.too_large then return nil, {'E', 'too_large', why.too_large} end
-  return nil, {'E', 'all_disabled', ''}
-end
-
+-- Try the allowed models in fair-share order (or the caller's order) and admit on the
+-- first that has room. A model's state is loaded only when it is tried, so an admission
+-- usually touches one model however many there are.
 local function decide(req)
   local again = reuse(req)
   if again then return again end
-  local cands, err = candidates(req)
-  if not cands then return err end
-  local fair = not (req.ordered and req.ms)
-  if fair then
-    local names = {}
-    for k, st in ipairs(cands) do names[k] = st.m end
-    for k, e in ipairs(fair_order(names)) do cands[k] = STATE[e.m] end
-  end
-  local rank = waiter_rank(req.rid, req.hot)
-  local best, reason, on = nil, nil, nil
-  for _, st in ipairs(cands) do
-    local wait, why = blocked(st, need_for(st, req), held_back(st.m, rank, req.rid, req.hot))
-    if wait == 0 then
-      local lid = reserve(st, req)
-      if fair then fair_charge(st.m, st.q.w) end
-      waiter_remove(req.rid)
-      return {'A', st.m, lid, LEASE_TTL, 0}
+  local names = req.ms or model_names()
+  if #names == 0 then return {'E', 'no_models', ''} end
+  if req.ms then
+    for _, m in ipairs(names) do
+      if not model_view(m) then return {'E', 'unknown_model', m} end
     end
-    if not best or wait < best then best, reason, on = wait, why, st.m end
+  end
+  local fair = not (req.ordered and req.ms)
+  local pool = {}
+  for k, m in ipairs(names) do pool[k] = m end
+  local rank, best, reason, on = nil, nil, nil, nil
+  local why, tried = {}, 0
+  for k = 1, #names do
+    local m = names[k]
+    if fair then m = next_fair(pool) end
+    local view = model_view(m)
+    local bad = never_fits(view, need_for(view, req))
+    if bad then
+      why[bad] = m
+      redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)
+    else
+      tried = tried + 1
+      local st = load_model(m)
+      rank = rank or waiter_rank(req.rid, req.hot)
+      local wait, w = blocked(st, need_for(st, req), held_back(m, rank, req.rid, req.hot))
+      if wait == 0 then
+        local lid = reserve(st, req)
+        if fair then fair_charge(m, st.q.w) end
+        waiter_remove(req.rid)
+        return {'A', m, lid, LEASE_TTL, 0}
+      end
+      if not best or wait < best then best, reason, on = wait, w, m end
+    end
+  end
+  if tried == 0 then
+    if why.too_large then return {'E', 'too_large', why.too_large} end
+    return {'E', 'all_disabled', ''}
   end
   redis.call('HINCRBY', K_STATS, on .. '|waited', 1)
   waiter_add(req.rid, rank, req, best)

@@ -2,7 +2,7 @@
 -- reclaims its expired leases and trims its window first, so the figures are current.
 -- ARGV[2]: JSON [model, ...] or 0 for every model with a quota.
 local names = cjson.decode(ARGV[2])
-if type(names) ~= 'table' then names = redis.call('HKEYS', K_QUOTAS) end
+if type(names) ~= 'table' then names = model_names() end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
                   'expired', 'breaker_opened'}
 local out = {}

@@ -14,18 +14,18 @@ local function fair_load()
   return FAIR
 end
 
--- Candidate models sorted by start tag (ties by name).
-local function fair_order(models)
+-- Take the model with the smallest start tag out of `pool` (ties by name).
+local function next_fair(pool)
   local f = fair_load()
-  local list = {}
-  for k, m in ipairs(models) do
-    list[k] = {m = m, start = math.max(f.tags[m] or 0, f.v)}
+  local bi, bs = nil, nil
+  for i, m in ipairs(pool) do
+    local s = math.max(f.tags[m] or 0, f.v)
+    if not bi or s < bs or (s == bs and m < pool[bi]) then bi, bs = i, s end
   end
-  table.sort(list, function(a, b)
-    if a.start ~= b.start then return a.start < b.start end
-    return a.m < b.m
-  end)
-  return list
+  local m = pool[bi]
+  pool[bi] = pool[#pool]
+  pool[#pool] = nil
+  return m
 end
 
 local function fair_charge(m, weight)

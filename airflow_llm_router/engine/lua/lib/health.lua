@@ -2,12 +2,13 @@
 -- every caller, for the backend's Retry-After or COOLDOWN ms. BREAKER_FAILS 'error's in a
 -- row open the circuit breaker for BREAKER_OPEN ms; then one probe call is let through
 -- (half-open): its success closes the breaker, its failure opens it again.
+-- Returns the model's count of completed calls after an 'ok' (0 otherwise).
 local function record_outcome(m, outcome, retry_ms, was_probe)
   local h = m .. '|'
   if outcome == 'ok' then
     redis.call('HDEL', K_HEALTH, h .. 'fails')
     if was_probe then redis.call('HDEL', K_HEALTH, h .. 'open', h .. 'probe') end
-    redis.call('HINCRBY', K_STATS, h .. 'completed', 1)
+    return redis.call('HINCRBY', K_STATS, h .. 'completed', 1)
   elseif outcome == 'rate_limited' then
     local untl = NOW + ((retry_ms and retry_ms > 0) and retry_ms or COOLDOWN)
     local cur = tonumber(redis.call('HGET', K_HEALTH, h .. 'cool')) or 0
@@ -22,4 +23,5 @@ local function record_outcome(m, outcome, retry_ms, was_probe)
     end
     redis.call('HINCRBY', K_STATS, h .. 'errors', 1)
   end
+  return 0
 end

@@ -43,16 +43,48 @@ local function trim(m, win_ms)
   redis.call('HINCRBY', K_WTOK(m), '_o', int(-dout))
 end
 
+-- Every quota (decoded when first used) and learned output estimate, read with one
+-- HGETALL each per script call: choosing a model then costs no call per model.
+local QUOTA, EST, NAMES = nil, nil, nil
+local function read_quotas()
+  QUOTA, EST, NAMES = {}, {}, {}
+  local raw = redis.call('HGETALL', K_QUOTAS)
+  for k = 1, #raw, 2 do
+    QUOTA[raw[k]] = raw[k + 1]
+    NAMES[#NAMES + 1] = raw[k]
+  end
+  raw = redis.call('HGETALL', K_EST)
+  for k = 1, #raw, 2 do EST[raw[k]] = tonumber(raw[k + 1]) end
+end
+
+-- The quota and output estimate of a model, {m, q, est}, or false without a quota.
+local function model_view(m)
+  if not QUOTA then read_quotas() end
+  local v = QUOTA[m]
+  if not v then return false end
+  if type(v) == 'string' then
+    local q = cjson.decode(v)
+    v = {m = m, q = q, est = EST[m] or q.oprior or 256}
+    QUOTA[m] = v
+  end
+  return v
+end
+
+local function model_names()
+  if not NAMES then read_quotas() end
+  return NAMES
+end
+
 -- Returns the model's state table, or false when the model has no quota.
 local function load_model(m)
   local st = STATE[m]
   if st ~= nil then return st end
-  local raw = redis.call('HGET', K_QUOTAS, m)
-  if not raw then
+  local view = model_view(m)
+  if not view then
     STATE[m] = false
     return false
   end
-  st = {m = m, q = cjson.decode(raw)}
+  st = {m = m, q = view.q, est = view.est}
   reclaim(m)
   trim(m, st.q.win)
   st.n = redis.call('ZCARD', K_WIN(m))
@@ -61,7 +93,6 @@ local function load_model(m)
   st.live = redis.call('ZCARD', K_LIVE(m))
   local h = redis.call('HMGET', K_HEALTH, m .. '|cool', m .. '|open', m .. '|probe')
   st.cool, st.open, st.probe = tonumber(h[1]) or 0, tonumber(h[2]) or 0, h[3]
-  st.est = tonumber(redis.call('HGET', K_EST, m)) or st.q.oprior or 256
   STATE[m] = st
   return st
 end
