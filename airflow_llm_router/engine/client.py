@@ -40,7 +40,7 @@ from airflow_llm_router.engine.types import (
 )
 from airflow_llm_router.exceptions import ImpossibleRequestError, LeaseNotFoundError
 
-__all__ = ["AsyncRouterClient", "RouterClient"]
+__all__ = ["AsyncRouterClient", "RouterClient", "ScriptMerger"]
 
 
 def _single(decision: Decision) -> Admission | Wait:
@@ -195,7 +195,7 @@ class RouterClient(_RouterAPI):
         if isinstance(action, Command):
             return self.redis.execute_command(*action.args)
         return self._scripts[action.op](
-            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.args]
+            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.argv()]
         )
 
     def wait_for_admission(self, request: AdmitRequest, timeout_s: float) -> Admission | None:
@@ -233,6 +233,7 @@ class AsyncRouterClient(_RouterAPI):
         self.core = RouterCore(settings or RouterSettings())
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
         self._releases = ReleaseListener(client, self.core.keys.released_channel)
+        self._merger = ScriptMerger(self._script)
 
     @classmethod
     def from_url(cls, url: str, settings: RouterSettings | None = None) -> AsyncRouterClient:
@@ -254,8 +255,13 @@ class AsyncRouterClient(_RouterAPI):
     async def _run(self, action: Script | Command) -> Any:
         if isinstance(action, Command):
             return await self.redis.execute_command(*action.args)
+        if action.items is not None:
+            return await self._merger.call(action)
+        return await self._script(action)
+
+    async def _script(self, action: Script) -> Any:
         return await self._scripts[action.op](
-            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.args]
+            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.argv()]
         )
 
     @property
@@ -287,6 +293,66 @@ class AsyncRouterClient(_RouterAPI):
     async def aclose(self) -> None:
         await self._releases.stop()
         await self.redis.aclose()
+
+
+class ScriptMerger:
+    """Merge the list operations that coroutines start in one event-loop turn into one
+    script call per operation (up to ``MERGE_LIMIT`` items), and split the reply.
+
+    Sixteen coroutines each admitting one prompt then cost Redis about what one call of
+    sixteen does: most of a call's cost on the Redis thread is fixed, not per item.
+    """
+
+    MERGE_LIMIT = 256
+
+    def __init__(self, run: Any) -> None:
+        self._run = run
+        self._pending: dict[str, list[tuple[Script, asyncio.Future[list[Any]]]]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def call(self, action: Script) -> list[Any]:
+        queue = self._pending.get(action.op)
+        if queue is None:
+            queue = self._pending[action.op] = []
+            asyncio.get_running_loop().call_soon(self._flush, action.op)
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        queue.append((action, future))
+        return await future
+
+    def _flush(self, op: str) -> None:
+        queue = self._pending.pop(op, [])
+        group: list[tuple[Script, asyncio.Future[list[Any]]]] = []
+        size = 0
+        for entry in queue:
+            n = len(entry[0].items or ())
+            if group and size + n > self.MERGE_LIMIT:
+                self._start(op, group)
+                group, size = [], 0
+            group.append(entry)
+            size += n
+        if group:
+            self._start(op, group)
+
+    def _start(self, op: str, group: list[tuple[Script, asyncio.Future[list[Any]]]]) -> None:
+        task = asyncio.get_running_loop().create_task(self._send(op, group))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, op: str, group: list[tuple[Script, asyncio.Future[list[Any]]]]) -> None:
+        items = tuple(item for action, _ in group for item in action.items or ())
+        try:
+            reply = await self._run(Script(op, items=items))
+        except Exception as err:
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        start = 0
+        for action, future in group:
+            n = len(action.items or ())
+            if not future.done():
+                future.set_result(list(reply[start:start + n]))
+            start += n
 
 
 class ReleaseListener:

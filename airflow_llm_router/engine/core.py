@@ -39,10 +39,20 @@ _COMPLETE_STATUS = {0: "unknown", 1: "released", 2: "settled"}
 
 @dataclass(frozen=True)
 class Script:
-    """Run one of the router's Lua operations with these ARGV (after the settings)."""
+    """Run one of the router's Lua operations with these ARGV (after the settings).
+
+    List operations (admit, complete, heartbeat, sent) carry their ``items`` instead: one
+    JSON list, one reply entry per item, so a client may merge concurrent calls.
+    """
 
     op: str
-    args: tuple[Any, ...]
+    args: tuple[Any, ...] = ()
+    items: tuple[Any, ...] | None = None
+
+    def argv(self) -> tuple[Any, ...]:
+        if self.items is None:
+            return self.args
+        return (json.dumps(self.items, separators=(",", ":")),)
 
 
 @dataclass(frozen=True)
@@ -125,8 +135,7 @@ class RouterCore:
         decisions: list[Decision] = []
         for start in range(0, len(requests), ADMIT_CHUNK):
             chunk = requests[start : start + ADMIT_CHUNK]
-            payload = json.dumps([_encode_request(r) for r in chunk], separators=(",", ":"))
-            reply = yield Script("admit", (payload,))
+            reply = yield Script("admit", items=tuple(_encode_request(r) for r in chunk))
             decisions.extend(self._decode(r, d) for r, d in zip(chunk, reply, strict=True))
         return decisions
 
@@ -153,22 +162,21 @@ class RouterCore:
     def heartbeat_many(self, lease_ids: Sequence[str]) -> Step[list[float | None]]:
         if not lease_ids:
             return []
-        reply = yield Script("heartbeat", (json.dumps(list(lease_ids)),))
+        reply = yield Script("heartbeat", items=tuple(lease_ids))
         return [None if int(ttl) < 0 else int(ttl) / 1000 for ttl in reply]
 
     def complete_many(self, completions: Sequence[Completion]) -> Step[list[str]]:
         """Statuses: ``released``, ``settled`` (lease had expired), ``unknown``."""
         if not completions:
             return []
-        items = [_encode_completion(c) for c in completions]
-        reply = yield Script("complete", (json.dumps(items, separators=(",", ":")),))
+        reply = yield Script("complete", items=tuple(_encode_completion(c) for c in completions))
         return [_COMPLETE_STATUS[int(x)] for x in reply]
 
     def mark_sent(self, lease_ids: Sequence[str]) -> Step[int]:
         if not lease_ids:
             return 0
-        moved = yield Script("sent", (json.dumps(list(lease_ids)),))
-        return int(moved)
+        moved = yield Script("sent", items=tuple(lease_ids))
+        return sum(int(m) for m in moved)
 
     def cancel(self, request_ids: Sequence[str]) -> Step[int]:
         if not request_ids:

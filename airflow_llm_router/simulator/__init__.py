@@ -10,13 +10,14 @@ from __future__ import annotations
 from airflow_llm_router.simulator.app import create_app
 from airflow_llm_router.simulator.backend import SimulatedBackend
 from airflow_llm_router.simulator.profile import ModelProfile, ProviderLimits, SimulatorProfile
-from airflow_llm_router.simulator.server import SimulatorServer
+from airflow_llm_router.simulator.server import SimulatorProcess, SimulatorServer
 from airflow_llm_router.simulator.workload import count_input_tokens
 
 __all__ = [
     "ModelProfile",
     "ProviderLimits",
     "SimulatedBackend",
+    "SimulatorProcess",
     "SimulatorProfile",
     "SimulatorServer",
     "count_input_tokens",

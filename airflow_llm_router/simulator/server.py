@@ -8,8 +8,12 @@ rather than sleeping a guessed amount.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from types import TracebackType
 
 import httpx
@@ -137,4 +141,72 @@ class SimulatorServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self.stop()
+
+
+class SimulatorProcess:
+    """The simulator in a process of its own, as a real backend would be.
+
+    In-process (:class:`SimulatorServer`), the simulator shares the interpreter with its
+    callers: a burst of hundreds of calls from the same process delays when the simulator
+    sees each arrival, which skews its clock against the router's. Tests that judge the
+    router by the simulator's window counts use this instead.
+    """
+
+    def __init__(self, profile: SimulatorProfile, host: str = "127.0.0.1",
+                 startup_timeout_s: float = 30.0) -> None:
+        self.profile = profile
+        self.host = host
+        self.startup_timeout_s = startup_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> SimulatorProcess:
+        self._dir = tempfile.TemporaryDirectory(prefix="llmr-sim-")
+        path = Path(self._dir.name) / "profile.json"
+        path.write_text(self.profile.to_json())
+        with socket.socket() as probe:  # a free port; the child binds it at once
+            probe.bind((self.host, 0))
+            self.port = probe.getsockname()[1]
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow_llm_router.simulator", "--host", self.host,
+             "--port", str(self.port), "--profile", str(path), "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"the simulator exited with {self._proc.returncode}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the simulator did not answer on {self.url}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> SimulatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.simulator import SimulatorProfile, SimulatorServer
+from airflow_llm_router.simulator import SimulatorProcess, SimulatorProfile
 from airflow_llm_router.simulator.profile import ModelProfile
 
 BIG_RPM, BIG_TPM, BIG_CONC = 10**6, 10**9, 10**4
@@ -40,9 +40,11 @@ def set_quotas_from(router: RouterClient, profile: SimulatorProfile) -> None:
 
 @contextmanager
 def serve_backend(profile: SimulatorProfile, monkeypatch: pytest.MonkeyPatch,
-                  namespace: str, pg_dsn: str) -> Iterator[SimulatorServer]:
-    """Start the simulator and point the default connections at it, Redis and PostgreSQL."""
-    with SimulatorServer(profile) as sim:
+                  namespace: str, pg_dsn: str) -> Iterator[SimulatorProcess]:
+    """Start the simulator (in its own process, like a real backend: in this one, a burst
+    of calls would make its clock lag) and point the default connections at it, Redis and
+    PostgreSQL."""
+    with SimulatorProcess(profile) as sim:
         monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT", json.dumps(
             {"conn_type": "models_backend", "host": sim.url, "extra": {"timeout_s": 30}}))
         monkeypatch.setenv("AIRFLOW_CONN_LLM_ROUTER_DEFAULT", json.dumps(

@@ -71,9 +71,9 @@ class LoggedRouterClient(RouterClient):
         pipe = self.redis.pipeline(transaction=True)
         pipe.time()
         pipe.evalsha(self._shas[action.op], 1, self.core.keys.prefix,
-                     self.core.settings_arg, *action.args)
+                     self.core.settings_arg, *action.argv())
         now, reply = pipe.execute()
-        self.log.record(action.op, action.args, _time_us(now), reply)
+        self.log.record(action.op, action.argv(), _time_us(now), reply)
         return reply
 
 
@@ -83,15 +83,15 @@ class LoggedAsyncRouterClient(AsyncRouterClient):
         self.log = log
         self._shas = shas
 
-    async def _run(self, action: Script | Command) -> Any:
-        if isinstance(action, Command) or action.op not in ("admit", "complete"):
-            return await super()._run(action)
+    async def _script(self, action: Script) -> Any:
+        if action.op not in ("admit", "complete"):
+            return await super()._script(action)
         pipe = self.redis.pipeline(transaction=True)
         pipe.time()
         pipe.evalsha(self._shas[action.op], 1, self.core.keys.prefix,
-                     self.core.settings_arg, *action.args)
+                     self.core.settings_arg, *action.argv())
         now, reply = await pipe.execute()
-        self.log.record(action.op, action.args, _time_us(now), reply)
+        self.log.record(action.op, action.argv(), _time_us(now), reply)
         return reply
 
 

@@ -40,7 +40,7 @@ def router(namespace: str, redis_url: str):
 async def test_run_solves_every_item_within_limits(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, router: RouterClient
 ) -> None:
-    profile = small_profile(time_scale=60)  # one-second windows: robust to a loaded machine
+    profile = small_profile(time_scale=60)  # one-second windows
     with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
         set_quotas_from(router, profile)
         event = await _event(_trigger(_items(150)))
