@@ -54,7 +54,7 @@ local function decide(req)
   local fair = not (req.ordered and req.ms)
   local pool = {}
   for k, m in ipairs(names) do pool[k] = m end
-  local rank, best, reason, on = nil, nil, nil, nil
+  local rank, queued, best, reason, on = nil, false, nil, nil, nil
   local why, tried = {}, 0
   for k = 1, #names do
     local m = names[k]
@@ -67,12 +67,12 @@ local function decide(req)
     else
       tried = tried + 1
       local st = load_model(m)
-      rank = rank or waiter_rank(req.rid, req.hot)
+      if not rank then rank, queued = waiter_rank(req.rid, req.hot) end
       local wait, w = blocked(st, need_for(st, req), held_back(m, rank, req.rid, req.hot))
       if wait == 0 then
         local lid = reserve(st, req)
         if fair then fair_charge(m, st.q.w) end
-        waiter_remove(req.rid)
+        if queued then waiter_remove(req.rid) end
         return {'A', m, lid, LEASE_TTL, 0}
       end
       if not best or wait < best then best, reason, on = wait, w, m end

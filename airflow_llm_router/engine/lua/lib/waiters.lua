@@ -36,12 +36,14 @@ local function waiters_load()
   return QUEUE
 end
 
--- The rank a request has (or would have) in the queue.
+-- The rank a request has (or would have) in the queue, and whether it is queued. With an
+-- empty queue (the common case under capacity) this costs no call.
 local function waiter_rank(rid, hot)
-  local r = redis.call('ZSCORE', K_WAITERS, rid)
-  if r then return tonumber(r) end
-  if hot then return NOW end
-  return NOW + HOT_AHEAD
+  local r = false
+  if #waiters_load() > 0 then r = redis.call('ZSCORE', K_WAITERS, rid) end
+  if r then return tonumber(r), true end
+  if hot then return NOW, false end
+  return NOW + HOT_AHEAD, false
 end
 
 -- Capacity on model m held back for waiters ranked ahead of `rank`.
