@@ -153,27 +153,29 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
     """Claim, solve and write until the backlog is empty or the deadline passes."""
     d = _Draining(store, options, state)
     active: set[asyncio.Task[SolveResult]] = set()
-    backlog_seen_empty = False
+    quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, options.max_in_flight // 10, options.claim_batch))
     try:
         while True:
             open_slots = options.max_in_flight - len(active)
-            may_claim = time.time() < options.deadline and not backlog_seen_empty
+            may_claim = time.time() < options.deadline and time.monotonic() >= quiet_until
             if may_claim and (open_slots >= refill or not active):
-                claimed = await d.claim(min(open_slots, options.claim_batch))
+                want = min(open_slots, options.claim_batch)
+                claimed = await d.claim(want)
+                if len(claimed) < want:
+                    quiet_until = time.monotonic() + 1.0
                 if claimed:
                     state.chunks += 1
                     solver.progress.total += len(claimed)
                     for item in chunk_items(claimed, options.max_output_tokens):
                         active.add(asyncio.create_task(solver.solve(item)))
-                elif not active:
-                    backlog_seen_empty = await d.call(store.backlog_size) == 0
-                    if not backlog_seen_empty:
-                        await asyncio.sleep(0.05)  # rows briefly locked by another claimer
-                    continue
             if not active:
-                break
+                if time.time() >= options.deadline or await d.call(store.backlog_size) == 0:
+                    break
+                quiet_until = 0.0  # tasks remain: rows briefly locked by another claimer
+                await asyncio.sleep(0.05)
+                continue
             done, active = await asyncio.wait(active, timeout=options.flush_every_s,
                                               return_when=asyncio.FIRST_COMPLETED)
             d.results.extend(task.result() for task in done)
@@ -184,7 +186,6 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
             if now - last_extend >= options.claim_ttl_s / 3:
                 await d.extend()
                 last_extend = now
-                backlog_seen_empty = False  # new tasks may have arrived meanwhile
     finally:
         for task in active:
             task.cancel()
