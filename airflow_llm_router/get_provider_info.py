@@ -36,6 +36,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_llm_router.operators.solve"],
             }
         ],
+        "sensors": [
+            {
+                "integration-name": "LLM Router",
+                "python-modules": ["airflow_llm_router.sensors.backpressure"],
+            }
+        ],
         "triggers": [
             {
                 "integration-name": "LLM Router",

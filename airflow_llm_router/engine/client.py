@@ -18,6 +18,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from airflow_llm_router.engine.advice import Advice
 from airflow_llm_router.engine.core import (
     Command,
     Completion,
@@ -160,6 +161,22 @@ class _RouterAPI:
     def stats(self, models: Sequence[str] | None = None) -> RouterStats:
         """Current window usage, in-flight calls, health and counters per model."""
         return self._drive(self.core.stats(models))
+
+    def advice(
+        self,
+        backlog: int,
+        per_solver_in_flight: int = 100,
+        max_solvers: int = 16,
+        input_tokens_per_call: float = 0,
+    ) -> Advice:
+        """How many solvers saturate the quotas for ``backlog`` waiting tasks (Little's law
+        on each model's rate limit and latency; see :mod:`airflow_llm_router.engine.advice`).
+
+        :param input_tokens_per_call: input tokens assumed per call for a model with no
+            request in its current window.
+        """
+        return self._drive(self.core.advice(backlog, per_solver_in_flight, max_solvers,
+                                            input_tokens_per_call))
 
 
 def _alive(lease_id: str, ttl: float | None) -> float:

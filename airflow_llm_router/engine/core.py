@@ -14,6 +14,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from airflow_llm_router.engine.advice import Advice, advise_from_stats
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.quota import ModelQuota, validate_model_name
 from airflow_llm_router.engine.stats import RouterStats
@@ -189,6 +190,19 @@ class RouterCore:
         raw = yield Script("stats", (arg,))
         quotas = yield from self.get_quotas()
         return RouterStats.from_reply(json.loads(_text(raw)), quotas)
+
+    def advice(
+        self,
+        backlog: int,
+        per_solver_in_flight: int = 100,
+        max_solvers: int = 16,
+        input_tokens_per_call: float = 0,
+    ) -> Step[Advice]:
+        stats = yield from self.stats()
+        return advise_from_stats(stats, backlog=backlog,
+                                 per_solver_in_flight=per_solver_in_flight,
+                                 max_solvers=max_solvers,
+                                 input_tokens_per_call=input_tokens_per_call)
 
 
 def _encode_request(r: AdmitRequest) -> list[Any]:

@@ -32,7 +32,9 @@ ROUTER_KEYS: dict[str, str] = {
     "K_HEALTH": "health",  # HASH "<model>|cool|open|probe|fails" -> value
     "K_STATS": "stats",  # HASH "<model>|<counter>" -> count
     "K_SEQ": "seq",  # STRING lease sequence
-    "K_EST": "estimates",  # HASH model -> learned output tokens per call (P95 of recent)
+    # HASH model -> learned output tokens per call (P95 of recent);
+    #      "<model>|lat" -> learned latency per call, ms (EWMA of released 'ok' calls)
+    "K_EST": "estimates",
 }
 
 #: Per-model keys: Lua function name -> key infix (the model name follows it).

@@ -23,6 +23,7 @@ _FIXES = {
     "input_tpm": "a whole number of input tokens per window, at least 1, or null",
     "output_tpm": "a whole number of output tokens per window, at least 1, or null",
     "expected_output_tokens": "a whole number of output tokens per call, at least 1",
+    "expected_latency_s": "the seconds one call is expected to take, above 0, or null",
     "weight": "a number above 0 (the model's share among admissible models)",
     "enabled": "true or false",
     "window_s": "the window length in seconds, above 0 (60 for per-minute limits)",
@@ -44,6 +45,9 @@ class ModelQuota(BaseModel):
     :param output_tpm: optional separate limit on output tokens per window.
     :param expected_output_tokens: output tokens assumed per call before any call to this
         model has been observed; afterwards the engine learns the 95th percentile.
+    :param expected_latency_s: optional prior of one call's latency (seconds), reported by
+        the stats and used by the advice until a call has been observed; afterwards the
+        engine learns a running average of observed latencies.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -57,6 +61,7 @@ class ModelQuota(BaseModel):
     input_tpm: PositiveCount | None = None
     output_tpm: PositiveCount | None = None
     expected_output_tokens: PositiveCount = 256
+    expected_latency_s: Annotated[float, Field(strict=True, gt=0, le=86400)] | None = None
 
     @field_validator("window_s")
     @classmethod
@@ -90,6 +95,8 @@ class ModelQuota(BaseModel):
             doc["itpm"] = self.input_tpm
         if self.output_tpm is not None:
             doc["otpm"] = self.output_tpm
+        if self.expected_latency_s is not None:
+            doc["lat"] = self.expected_latency_s
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -105,6 +112,7 @@ class ModelQuota(BaseModel):
             input_tpm=doc.get("itpm"),
             output_tpm=doc.get("otpm"),
             expected_output_tokens=doc.get("oprior", 256),
+            expected_latency_s=doc.get("lat"),
         )
 
 

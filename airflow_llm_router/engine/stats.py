@@ -25,6 +25,8 @@ class ModelStats:
     cooldown_ms: int
     breaker: str
     counters: dict[str, int]
+    #: learned latency per call (ms), or the quota's prior before any call; None without.
+    latency_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -56,6 +58,7 @@ class RouterStats:
                 cooldown_ms=int(m["cooldown_ms"]),
                 breaker=str(m["breaker"]),
                 counters={k: int(v) for k, v in (m.get("counters") or {}).items()},
+                latency_ms=None if m.get("latency_ms") is None else float(m["latency_ms"]),
             )
         return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models)
 

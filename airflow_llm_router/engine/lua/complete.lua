@@ -4,8 +4,20 @@
 -- ARGV[2]: JSON [[lease id, input tokens, output tokens, outcome, retry after ms], ...]
 --          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
 -- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
+-- A live lease released 'ok' also feeds the model's latency estimate (ms, admission to
+-- completion) in K_EST '<model>|lat'.
 local items = cjson.decode(ARGV[2])
 local OBSERVED = 64
+local LAT_ALPHA = 0.2
+
+-- Latency EWMA, O(1): the first observation replaces the quota's prior (stats report the
+-- prior until then), each later one moves the estimate LAT_ALPHA of the way towards it.
+local function observe_latency(m, ms)
+  local f = m .. '|lat'
+  local cur = tonumber(redis.call('HGET', K_EST, f))
+  if cur then ms = cur + LAT_ALPHA * (ms - cur) end
+  redis.call('HSET', K_EST, f, string.format('%.3f', ms))
+end
 
 -- Keep the model's output estimate at the 95th percentile of its last OBSERVED calls:
 -- recomputed at each of its first 32 completions (a cold start converges fast), then
@@ -44,6 +56,7 @@ for k, it in ipairs(items) do
     if info then
       local rec = cjson.decode(info)
       was_probe = rec.p == 1
+      if outcome == 'ok' and rec.t then observe_latency(m, math.max(0, NOW - rec.t)) end
       redis.call('ZREM', K_LIVE(m), lid)
       redis.call('HDEL', K_LEASES, lid)
       if redis.call('HGET', K_REQUESTS, rec.r) == lid then

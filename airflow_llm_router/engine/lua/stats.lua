@@ -1,6 +1,8 @@
 -- stats: per-model usage in the current window and counters, as JSON. Loading a model
 -- reclaims its expired leases and trims its window first, so the figures are current.
 -- ARGV[2]: JSON [model, ...] or 0 for every model with a quota.
+-- latency_ms: the learned call latency (ms, EWMA of released 'ok' calls), else the quota's
+-- prior expected_latency_s (the 'lat' field, s) in ms, else absent.
 local names = cjson.decode(ARGV[2])
 if type(names) ~= 'table' then names = model_names() end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
@@ -14,11 +16,13 @@ for _, m in ipairs(names) do
     local vals = redis.call('HMGET', K_STATS, unpack(fields))
     local counters = {}
     for k, c in ipairs(COUNTERS) do counters[c] = tonumber(vals[k]) or 0 end
+    local lat = EST[m .. '|lat']
+    if not lat and st.q.lat then lat = st.q.lat * 1000 end
     local state = 'closed'
     if st.open > NOW then state = 'open' elseif st.open > 0 then state = 'half_open' end
     out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
-              breaker = state, counters = counters}
+              breaker = state, counters = counters, latency_ms = lat}
   end
 end
 if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end

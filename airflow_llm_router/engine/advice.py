@@ -1,0 +1,199 @@
+"""Backpressure advice: how many solvers saturate the quotas, by Little's law. No I/O.
+
+Per model m with window W (s), quota rpm/tpm, tokens per call t and latency L (s):
+
+- ``rate_per_s = min(rpm / W, tpm / (W * t))`` (and ``input_tpm`` / ``output_tpm`` with the
+  input and output tokens per call, when set): the admission rate the window limits allow;
+  ``binding`` names the smallest of them.
+- ``needed_in_flight = min(max_concurrency, rate_per_s * L)``: calls that must be in flight
+  to keep that rate (Little's law). When the concurrency cap is the smaller, it binds
+  (``binding = "concurrency"``) and ``sustainable_rate_per_s = max_concurrency / L``.
+  Without any latency (no prior, nothing observed) a model is assumed to need its whole
+  ``max_concurrency`` (``binding`` still names the rate limit): an overestimate only
+  makes solvers wait.
+- A disabled model needs nothing (``binding = "disabled"``).
+
+Totals: ``in_flight_needed`` is the sum; ``solvers = clamp(ceil(in_flight_needed /
+per_solver_in_flight), 1, max_solvers)``, but never more than the backlog can keep busy,
+``ceil(backlog / per_solver_in_flight)`` (0 for an empty backlog).
+
+``backpressure = waiting / (waiting + in_flight)`` in [0, 1]: the share of the callers
+currently asking for capacity that are queued rather than calling (0 when nobody is);
+near 1, the quotas, not the solvers, are what limits the drain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.engine.stats import RouterStats
+
+__all__ = ["Advice", "ModelAdvice", "ModelLoad", "advise", "advise_from_stats", "loads_from_stats"]
+
+#: Float noise allowed before rounding a solver count up (10.000000001 / 10 is still 1).
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """What the advice needs to know of one model (from :meth:`RouterClient.stats`).
+
+    :param latency_s: seconds per call (observed, or the quota's prior), None if unknown.
+    :param tokens_per_call: mean tokens (input + output) per call.
+    :param input_tokens_per_call: mean input tokens per call (for ``input_tpm``); None:
+        ``tokens_per_call``.
+    :param output_tokens_per_call: mean output tokens per call (for ``output_tpm``); None:
+        ``tokens_per_call``.
+    """
+
+    quota: ModelQuota
+    latency_s: float | None
+    tokens_per_call: float
+    input_tokens_per_call: float | None = None
+    output_tokens_per_call: float | None = None
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
+class ModelAdvice:
+    """One model's share of the advice; rates in calls per second."""
+
+    model: str
+    enabled: bool
+    latency_s: float | None
+    tokens_per_call: float
+    rate_per_s: float
+    binding: str
+    needed_in_flight: float
+    sustainable_rate_per_s: float
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The parallelism that saturates the quotas, and how hard callers are pushing."""
+
+    models: dict[str, ModelAdvice]
+    backlog: int
+    waiting: int
+    in_flight: int
+    in_flight_needed: float
+    per_solver_in_flight: int
+    max_solvers: int
+    solvers: int
+    capacity_per_s: float
+    backpressure: float
+
+    @property
+    def any_enabled(self) -> bool:
+        return any(m.enabled for m in self.models.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe (an XCom value)."""
+        doc = asdict(self)
+        doc["models"] = {k: asdict(v) for k, v in self.models.items()}
+        return doc
+
+
+def _model_advice(name: str, load: ModelLoad) -> ModelAdvice:
+    q = load.quota
+    tokens = max(0.0, load.tokens_per_call)
+    if not q.enabled:
+        return ModelAdvice(name, False, load.latency_s, tokens, 0.0, "disabled", 0.0, 0.0,
+                           load.in_flight)
+    w = q.window_s
+    inp = tokens if load.input_tokens_per_call is None else load.input_tokens_per_call
+    out = tokens if load.output_tokens_per_call is None else load.output_tokens_per_call
+    limits = {"rpm": q.rpm / w}
+    for limit, per_window, per_call in (("tpm", q.tpm, tokens), ("input_tpm", q.input_tpm, inp),
+                                        ("output_tpm", q.output_tpm, out)):
+        if per_window is not None and per_call > 0:
+            limits[limit] = per_window / (w * per_call)
+    binding = min(limits, key=lambda k: limits[k])  # ties: the first (rpm before tpm)
+    rate = limits[binding]
+    latency = load.latency_s
+    if latency is None:
+        needed, sustainable = float(q.max_concurrency), rate
+    elif rate * latency > q.max_concurrency:
+        needed, binding = float(q.max_concurrency), "concurrency"
+        sustainable = q.max_concurrency / latency
+    else:
+        needed, sustainable = rate * max(0.0, latency), rate
+    return ModelAdvice(name, True, latency, tokens, rate, binding, needed, sustainable,
+                       load.in_flight)
+
+
+def advise(
+    models: Mapping[str, ModelLoad],
+    *,
+    backlog: int,
+    waiting: int = 0,
+    per_solver_in_flight: int = 100,
+    max_solvers: int = 16,
+) -> Advice:
+    """The advice for these models and this backlog (see the module's docstring)."""
+    for name, value in (("backlog", backlog), ("waiting", waiting)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: {value!r} must be a whole number >= 0")
+    for name, value in (("per_solver_in_flight", per_solver_in_flight),
+                        ("max_solvers", max_solvers)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: {value!r} must be a whole number >= 1")
+    per_model = {name: _model_advice(name, load) for name, load in sorted(models.items())}
+    needed = sum(m.needed_in_flight for m in per_model.values())
+    in_flight = sum(m.in_flight for m in per_model.values())
+    if backlog == 0:
+        solvers = 0
+    else:
+        solvers = min(max(1, math.ceil(needed / per_solver_in_flight - _EPS)), max_solvers)
+        solvers = min(solvers, math.ceil(backlog / per_solver_in_flight))
+    asking = waiting + in_flight
+    return Advice(
+        models=per_model,
+        backlog=backlog,
+        waiting=waiting,
+        in_flight=in_flight,
+        in_flight_needed=needed,
+        per_solver_in_flight=per_solver_in_flight,
+        max_solvers=max_solvers,
+        solvers=solvers,
+        capacity_per_s=sum(m.sustainable_rate_per_s for m in per_model.values()),
+        backpressure=waiting / asking if asking else 0.0,
+    )
+
+
+def loads_from_stats(stats: RouterStats, input_tokens_per_call: float = 0) -> dict[str, ModelLoad]:
+    """Each model's load from its stats: tokens per call of its current window when it has
+    requests in it (estimates until settled), else its learned output tokens per call plus
+    ``input_tokens_per_call`` (a cold-start guess: too low errs towards more solvers)."""
+    loads = {}
+    for name, m in stats.models.items():
+        if m.quota is None:
+            continue
+        if m.requests > 0:
+            n = m.requests
+            per_call = (m.tokens / n, m.input_tokens / n, m.output_tokens / n)
+        else:
+            guess = float(input_tokens_per_call)
+            per_call = (guess + m.output_estimate, guess, float(m.output_estimate))
+        latency = None if m.latency_ms is None else m.latency_ms / 1000
+        loads[name] = ModelLoad(m.quota, latency, *per_call, in_flight=m.in_flight)
+    return loads
+
+
+def advise_from_stats(
+    stats: RouterStats,
+    *,
+    backlog: int,
+    per_solver_in_flight: int = 100,
+    max_solvers: int = 16,
+    input_tokens_per_call: float = 0,
+) -> Advice:
+    """:func:`advise` on the engine's stats (its waiting requests included)."""
+    return advise(loads_from_stats(stats, input_tokens_per_call), backlog=backlog,
+                  waiting=stats.waiting, per_solver_in_flight=per_solver_in_flight,
+                  max_solvers=max_solvers)

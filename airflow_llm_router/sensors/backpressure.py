@@ -1,0 +1,80 @@
+"""BackpressureSensor: wait for backlog and capacity, then hand on the router's advice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+
+from airflow_llm_router.hooks.router import RouterHook
+from airflow_llm_router.store import TaskStore
+
+__all__ = ["BackpressureSensor"]
+
+
+class BackpressureSensor(BaseSensorOperator):
+    """Pokes until the task store has a backlog and the router has an enabled model, then
+    returns the router's advice (:meth:`Advice.to_dict`) as its XCom: ``solvers`` is the
+    number of solver instances that saturate the quotas (Little's law, capped by the backlog
+    and ``max_solvers``), with per-model rates, binding limits and the backpressure score.
+
+    Not deferrable yet: each poke runs in a worker (use ``mode="reschedule"`` to free the
+    worker slot between pokes). One poke costs one indexed count in PostgreSQL and, only
+    when there is backlog, one stats call to the router.
+
+    :param router_conn_id: the router's ``llm_router`` connection.
+    :param postgres_conn_id: the PostgreSQL connection of the task store.
+    :param store_schema: schema of the task store.
+    :param store_table: table of the task store.
+    :param per_solver_in_flight: model calls one solver keeps in flight (its
+        ``max_in_flight``).
+    :param max_solvers: the most solvers to advise.
+    :param input_tokens_per_call: input tokens assumed per call for a model with no
+        request in its current window (before the first calls of a drain).
+    """
+
+    template_fields: Sequence[str] = ("store_schema", "store_table", "per_solver_in_flight",
+                                      "max_solvers")
+
+    def __init__(
+        self,
+        *,
+        router_conn_id: str = RouterHook.default_conn_name,
+        postgres_conn_id: str = "postgres_default",
+        store_schema: str = "llm_router",
+        store_table: str = "tasks",
+        per_solver_in_flight: int = 100,
+        max_solvers: int = 16,
+        input_tokens_per_call: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.router_conn_id = router_conn_id
+        self.postgres_conn_id = postgres_conn_id
+        self.store_schema = store_schema
+        self.store_table = store_table
+        self.per_solver_in_flight = per_solver_in_flight
+        self.max_solvers = max_solvers
+        self.input_tokens_per_call = input_tokens_per_call
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
+                                    table=self.store_table) as store:
+            backlog = store.backlog_size()
+        if backlog == 0:
+            self.log.info("no backlog in %s.%s yet", self.store_schema, self.store_table)
+            return PokeReturnValue(is_done=False)
+        client = RouterHook(self.router_conn_id).client
+        try:
+            advice = client.advice(backlog, int(self.per_solver_in_flight),
+                                   int(self.max_solvers), self.input_tokens_per_call)
+        finally:
+            client.close()
+        if not advice.any_enabled:
+            self.log.info("backlog %d but no enabled model in the router", backlog)
+            return PokeReturnValue(is_done=False)
+        self.log.info("backlog %d: %d solver(s) for %.1f calls in flight "
+                      "(backpressure %.2f)", backlog, advice.solvers,
+                      advice.in_flight_needed, advice.backpressure)
+        return PokeReturnValue(is_done=True, xcom_value=advice.to_dict())
