@@ -18,6 +18,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 
 from airflow_llm_router.operators.solve import SolveTaskOperator
+from airflow_llm_router.sensors.backpressure import BackpressureSensor
 
 ROUTER_CONN_ID = "llm_router_default"
 BACKEND_CONN_ID = "models_backend_default"
@@ -29,7 +30,10 @@ with DAG(
     catchup=False,
     tags=["llm-router"],
     params={
-        "fan_out": Param(4, type="integer", minimum=1, description="mapped solvers"),
+        "fan_out": Param(0, type="integer", minimum=0,
+                         description="mapped solvers; 0: as many as the router advises"),
+        "max_solvers": Param(16, type="integer", minimum=1,
+                             description="the most solvers the advice may ask for"),
         "chunk_size": Param(100, type="integer", minimum=1,
                             description="tasks claimed per chunk"),
         "max_in_flight": Param(100, type="integer", minimum=1,
@@ -41,21 +45,35 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
 
+    advise = BackpressureSensor(
+        task_id="advise",
+        router_conn_id=ROUTER_CONN_ID,
+        postgres_conn_id=POSTGRES_CONN_ID,
+        store_schema="{{ params.store_schema }}",
+        per_solver_in_flight="{{ params.max_in_flight }}",
+        max_solvers="{{ params.max_solvers }}",
+        poke_interval=5,
+        timeout=3600,
+    )
+
     @task
-    def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One settings dict per solver: the list's length is the fan-out."""
+    def plan(advice: dict[str, Any], params: dict[str, Any] | None = None
+             ) -> list[dict[str, Any]]:
+        """One settings dict per solver: the list's length is the fan-out, the router's
+        advice unless the run sets ``fan_out``."""
         assert params is not None
+        fan_out = int(params["fan_out"]) or max(1, int(advice["solvers"]))
         solver = {
             "chunk_size": int(params["chunk_size"]),
             "max_in_flight": int(params["max_in_flight"]),
             "time_budget_s": float(params["time_budget_s"]),
             "store_schema": str(params["store_schema"]),
         }
-        return [dict(solver) for _ in range(int(params["fan_out"]))]
+        return [dict(solver) for _ in range(fan_out)]
 
     SolveTaskOperator.partial(
         task_id="solve",
         router_conn_id=ROUTER_CONN_ID,
         backend_conn_id=BACKEND_CONN_ID,
         postgres_conn_id=POSTGRES_CONN_ID,
-    ).expand_kwargs(plan())
+    ).expand_kwargs(plan(advise.output))

@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
         help="probability that the simulator answers 500 to an accepted call")
     add("--dag", default=d.dag, choices=["llm_router_drain", "as_is_baseline"],
         help="which example DAG drains the backlog")
-    add("--fan-out", type=int, default=d.fan_out, help="mapped solvers (drain DAG)")
+    add("--fan-out", type=int, default=d.fan_out,
+        help="mapped solvers (drain DAG); 0: as many as the router advises")
     add("--chunk-size", type=int, default=d.chunk_size, help="tasks per claim (drain DAG)")
     add("--max-in-flight", type=int, default=d.max_in_flight,
         help="model calls in flight per solver (drain DAG)")

@@ -61,6 +61,7 @@ class BackpressureSensor(BaseSensorOperator):
     def poke(self, context: Any) -> PokeReturnValue:
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
                                     table=self.store_table) as store:
+            store.migrate()  # a first deployment may have no table yet
             backlog = store.backlog_size()
         if backlog == 0:
             self.log.info("no backlog in %s.%s yet", self.store_schema, self.store_table)

@@ -31,7 +31,8 @@ def test_drain_maps_the_solver_over_planned_settings(bag) -> None:
     dag = bag.dags["llm_router_drain"]
     assert type(dag.timetable).__name__ == "NullTimetable"  # triggered, no schedule
     assert {"fan_out", "chunk_size", "max_in_flight", "time_budget_s"} <= set(dag.params)
-    assert dag.params["fan_out"] == 4
+    assert dag.params["fan_out"] == 0  # 0: as many solvers as the router advises
+    assert dag.get_task("plan").upstream_task_ids == {"advise"}
     solve = dag.get_task("solve")
     assert isinstance(solve, MappedOperator)
     assert solve.operator_class is SolveTaskOperator
@@ -45,9 +46,11 @@ def test_drain_plan_gives_one_settings_dict_per_solver(bag) -> None:
     plan = bag.dags["llm_router_drain"].get_task("plan")
     params = {"fan_out": 3, "chunk_size": 50, "max_in_flight": 20, "time_budget_s": 60,
               "store_schema": "s"}
-    out = plan.python_callable(params=params)
+    out = plan.python_callable({"solvers": 7}, params=params)
     assert out == [{"chunk_size": 50, "max_in_flight": 20, "time_budget_s": 60.0,
                     "store_schema": "s"}] * 3
+    advised = plan.python_callable({"solvers": 7}, params={**params, "fan_out": 0})
+    assert len(advised) == 7
 
 
 def test_single_prompt_templates_the_prompt(bag) -> None:
