@@ -1,14 +1,16 @@
-"""Drain the task store's backlog with mapped, deferrable solvers.
+"""Drain the task store's backlog with mapped, deferrable solvers, as many as the router
+advises.
 
-``plan`` turns the run's params into one settings dict per solver; ``SolveTaskOperator``
-is mapped over that list with ``expand_kwargs``. Mapping over the solvers' own settings (not
-over a dummy list) keeps the fan-out and every solver's configuration in one place: the
-next step, a backpressure sensor, returns the same list sized by Little's law instead of a
-fixed ``fan_out``. Solvers claim tasks as slots free up, with ``SKIP LOCKED``, so any number
-of them share the backlog without coordination, and each ends when the backlog is empty or its
-time budget is spent.
+``advise`` (a ``BackpressureSensor``) waits for a backlog and returns the router's advice:
+by Little's law, the calls in flight that saturate each model's quota, divided by one
+solver's ``max_in_flight``, capped by the backlog and ``max_solvers``. ``plan`` turns it
+into one settings dict per solver and ``SolveTaskOperator`` is mapped over that list with
+``expand_kwargs``; a quota raise or a slower model changes the fan-out on the next run
+without editing the DAG. Solvers claim tasks as slots free up, with ``SKIP LOCKED``, so any
+number of them share the backlog, and each ends when the backlog is empty or its time budget
+is spent.
 
-Triggered (no schedule); run with ``{"fan_out": 8}`` to change the fan-out.
+Triggered (no schedule); run with ``{"fan_out": 8}`` to force the fan-out.
 """
 
 from __future__ import annotations
