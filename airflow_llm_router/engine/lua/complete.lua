@@ -34,13 +34,14 @@ local function observe(m, outp, completed)
 end
 
 local function settle(m, lid, inp, outp)
-  local cur = redis.call('HGET', K_WTOK(m), lid)
-  if not cur or inp < 0 or outp < 0 then return cur ~= false end
-  local s, a, b = string.match(cur, '^(%d+):(%d+):(%d+)$')
-  redis.call('HSET', K_WTOK(m), lid, (inp + outp) .. ':' .. inp .. ':' .. outp)
-  redis.call('HINCRBY', K_WTOK(m), '_s', int(inp + outp - tonumber(s)))
-  redis.call('HINCRBY', K_WTOK(m), '_i', int(inp - tonumber(a)))
-  redis.call('HINCRBY', K_WTOK(m), '_o', int(outp - tonumber(b)))
+  local cur = redis.call('HMGET', K_WTOK(m), lid, '_s', '_i', '_o')
+  if not cur[1] or inp < 0 or outp < 0 then return cur[1] ~= false end
+  local s, a, b = string.match(cur[1], '^(%d+):(%d+):(%d+)$')
+  -- one write: the entry and the window totals, moved by actual minus estimate
+  redis.call('HSET', K_WTOK(m), lid, (inp + outp) .. ':' .. inp .. ':' .. outp,
+    '_s', int((tonumber(cur[2]) or 0) + inp + outp - tonumber(s)),
+    '_i', int((tonumber(cur[3]) or 0) + inp - tonumber(a)),
+    '_o', int((tonumber(cur[4]) or 0) + outp - tonumber(b)))
   return true
 end
 
