@@ -12,6 +12,7 @@ local LAT_ALPHA = 0.2
 
 -- Latency EWMA, O(1): the first observation replaces the quota's prior (stats report the
 -- prior until then), each later one moves the estimate LAT_ALPHA of the way towards it.
+-- After a model's first 16 completions only every 4th is sampled (fewer writes per call).
 local function observe_latency(m, ms)
   local f = m .. '|lat'
   local cur = tonumber(redis.call('HGET', K_EST, f))
@@ -24,10 +25,11 @@ end
 -- every 8th (the sort is the costly part).
 local function observe(m, outp, completed)
   local key = K_OBS(m)
-  redis.call('LPUSH', key, outp)
-  redis.call('LTRIM', key, 0, OBSERVED - 1)
+  if redis.call('LPUSH', key, outp) > OBSERVED + 16 then  -- trimmed every 16 pushes
+    redis.call('LTRIM', key, 0, OBSERVED - 1)
+  end
   if completed > 32 and completed % 8 ~= 0 then return end
-  local seen = redis.call('LRANGE', key, 0, -1)
+  local seen = redis.call('LRANGE', key, 0, OBSERVED - 1)
   for k = 1, #seen do seen[k] = tonumber(seen[k]) end
   table.sort(seen)
   redis.call('HSET', K_EST, m, seen[math.max(1, math.ceil(#seen * 0.95))])
@@ -53,11 +55,11 @@ for k, it in ipairs(items) do
   if m then
     local in_window = settle(m, lid, inp, outp)
     local info = redis.call('HGET', K_LEASES, lid)
-    local was_probe = false
+    local was_probe, latency = false, nil
     if info then
       local rec = cjson.decode(info)
       was_probe = rec.p == 1
-      if outcome == 'ok' and rec.t then observe_latency(m, math.max(0, NOW - rec.t)) end
+      if outcome == 'ok' and rec.t then latency = math.max(0, NOW - rec.t) end
       redis.call('ZREM', K_LIVE(m), lid)
       redis.call('HDEL', K_LEASES, lid)
       if redis.call('HGET', K_REQUESTS, rec.r) == lid then
@@ -70,6 +72,9 @@ for k, it in ipairs(items) do
     end
     local completed = 0
     if out[k] > 0 then completed = record_outcome(m, outcome, retry, was_probe) end
+    if latency and (completed <= 16 or completed % 4 == 0) then
+      observe_latency(m, latency)
+    end
     if outcome == 'ok' and outp >= 0 then observe(m, outp, completed) end
   end
 end
