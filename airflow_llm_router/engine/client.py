@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from airflow_llm_router.engine.advice import Advice
 from airflow_llm_router.engine.core import (
+    ADMIT_CHUNK,
     Command,
     Completion,
     Decision,
@@ -320,7 +321,7 @@ class ScriptMerger:
     sixteen does: most of a call's cost on the Redis thread is fixed, not per item.
     """
 
-    MERGE_LIMIT = 256
+    MERGE_LIMIT = ADMIT_CHUNK  # the same bound on one call's time on the Redis thread
 
     def __init__(self, run: Any) -> None:
         self._run = run

@@ -112,7 +112,8 @@ class SolveTaskOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         if self.prompt is not None or self.prompts is not None:
             return self._solve_direct(context)
-        self._store().migrate()
+        with self._store() as store:
+            store.migrate()
         started = time.time()
         drain = {
             "postgres_conn_id": self.postgres_conn_id,

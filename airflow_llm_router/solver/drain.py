@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_llm_router.solver.items import SolveItem, SolveResult
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DrainState:
-    """Everything a drain must remember between deferrals (JSON-safe: trigger kwargs)."""
+    """A drain's totals, reported in the trigger's event as its summary."""
 
     started: float
     chunks: int = 0
@@ -37,14 +37,10 @@ class DrainState:
     dead: int = 0
     released: int = 0
     stale: int = 0
-    claims: dict[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> DrainState:
-        return cls(**doc)
+    def add(self, counts: dict[str, int]) -> None:
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
 
     def summary(self) -> dict[str, Any]:
         return {"solved": self.solved, "failed": self.failed, "dead": self.dead,
@@ -63,31 +59,29 @@ def chunk_items(claimed: list[ClaimedTask], max_output_tokens: int | None) -> li
     ]
 
 
-def write_results(store: TaskStore, drain: DrainState, results: list[SolveResult],
-                  log: logging.Logger | Any) -> None:
-    """Write a chunk's results, each fenced by its claim token, in three statements."""
-    token = {int(k): v for k, v in drain.claims.items()}
-    solved = [TaskResult(int(r.key), token[int(r.key)], r.answer or "", r.model or "",
+def write_results(store: TaskStore, tokens: dict[int, str],
+                  results: list[SolveResult]) -> dict[str, int]:
+    """Write results, each fenced by its claim token, in three statements; returns counts
+    of ``solved``, ``failed``, ``dead``, ``released`` and ``stale`` (writes refused)."""
+    solved = [TaskResult(int(r.key), tokens[int(r.key)], r.answer or "", r.model or "",
                          r.input_tokens, r.output_tokens)
-              for r in results if r.status == "solved" and int(r.key) in token]
-    failed = [TaskFailure(int(r.key), token[int(r.key)], r.error or "failed", r.retryable)
-              for r in results if r.status == "failed" and int(r.key) in token]
-    unfinished = {int(r.key): token[int(r.key)] for r in results
-                  if r.status == "unfinished" and int(r.key) in token}
+              for r in results if r.status == "solved"]
+    failed = [TaskFailure(int(r.key), tokens[int(r.key)], r.error or "failed", r.retryable)
+              for r in results if r.status == "failed"]
+    unfinished = {int(r.key): tokens[int(r.key)] for r in results if r.status == "unfinished"}
     written = store.complete_many(solved) if solved else {}
     statuses = store.fail_many(failed) if failed else {}
     released = store.release_many(unfinished) if unfinished else {}
-    drain.solved += sum(written.values())
-    drain.failed += sum(1 for s in statuses.values() if s is not None)
-    drain.dead += sum(1 for s in statuses.values() if s == "dead")
-    drain.released += sum(released.values())
-    drain.stale += (len(written) - sum(written.values())
-                    + sum(1 for s in statuses.values() if s is None)
-                    + len(released) - sum(released.values()))
-    if drain.stale:
+    stale = (len(written) - sum(written.values())
+             + sum(1 for s in statuses.values() if s is None)
+             + len(released) - sum(released.values()))
+    if stale:
         log.warning("%d results were refused: their claims had expired and were re-claimed",
-                    drain.stale)
-    drain.claims = {}
+                    stale)
+    return {"solved": sum(written.values()),
+            "failed": sum(1 for s in statuses.values() if s is not None),
+            "dead": sum(1 for s in statuses.values() if s == "dead"),
+            "released": sum(released.values()), "stale": stale}
 
 
 @dataclass(frozen=True)
@@ -136,11 +130,8 @@ class _Draining:
         done, self.results = self.results, []
         if not done:
             return
-        chunk = DrainState(started=self.state.started,
-                           claims={str(int(r.key)): self.claims.pop(int(r.key)) for r in done})
-        await self.call(write_results, self.store, chunk, done, log)
-        for name in ("solved", "failed", "dead", "released", "stale"):
-            setattr(self.state, name, getattr(self.state, name) + getattr(chunk, name))
+        tokens = {int(r.key): self.claims.pop(int(r.key)) for r in done}
+        self.state.add(await self.call(write_results, self.store, tokens, done))
 
     async def extend(self) -> None:
         if self.claims:

@@ -264,14 +264,7 @@ async def solving(
              progress.done, progress.solved, admitter.round_trips)
 
 
-async def solve_items(
-    items: Sequence[SolveItem],
-    router: AsyncRouterClient,
-    http: ShardedClient,
-    backend: BackendConfig,
-    options: SolveOptions,
-) -> list[SolveResult]:
-    """Solve every item; results come back in the items' order."""
-    async with solving(router, http, backend, options) as solver:
-        solver.progress.total = len(items)
-        return list(await asyncio.gather(*(solver.solve(item) for item in items)))
+async def solve_items(solver: Solver, items: Sequence[SolveItem]) -> list[SolveResult]:
+    """Solve every item with ``solver``; results come back in the items' order."""
+    solver.progress.total += len(items)
+    return list(await asyncio.gather(*(solver.solve(item) for item in items)))

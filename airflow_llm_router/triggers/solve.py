@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,7 +15,7 @@ from airflow_llm_router.hooks.models_backend import ModelsBackendHook, http_clie
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.solver.drain import DrainOptions, DrainState, drain_store
 from airflow_llm_router.solver.items import SolveItem
-from airflow_llm_router.solver.runner import SolveOptions, solve_items, solving
+from airflow_llm_router.solver.runner import SolveOptions, Solver, solve_items, solving
 from airflow_llm_router.store import TaskStore
 
 __all__ = ["SolveTrigger"]
@@ -106,16 +107,23 @@ class SolveTrigger(BaseTrigger):
                             max_errors=self.max_errors, backoff_s=self.retry_backoff_s,
                             batch_size=self.batch_size)
 
-    async def _solve(self) -> dict[str, Any]:
-        assert self.items is not None
-        items = [SolveItem.from_dict(doc) for doc in self.items]
+    @contextlib.asynccontextmanager
+    async def _solver(self) -> AsyncIterator[Solver]:
+        """The router client, the backend's HTTP pools and a solver, closed afterwards."""
         router = await RouterHook(self.router_conn_id).get_async_client()
         try:
             backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
-            async with await http_client(backend, self.max_in_flight) as http:
-                results = await solve_items(items, router, http, backend, self._options())
+            async with await http_client(backend, self.max_in_flight) as http, \
+                    solving(router, http, backend, self._options()) as solver:
+                yield solver
         finally:
             await router.aclose()
+
+    async def _solve(self) -> dict[str, Any]:
+        assert self.items is not None
+        items = [SolveItem.from_dict(doc) for doc in self.items]
+        async with self._solver() as solver:
+            results = await solve_items(solver, items)
         return {"results": [r.to_dict() for r in results]}
 
     async def _drain(self) -> dict[str, Any]:
@@ -129,13 +137,9 @@ class SolveTrigger(BaseTrigger):
                                claim_batch=int(spec.get("claim_batch", 100)),
                                max_output_tokens=spec.get("max_output_tokens"))
         state = DrainState(started=float(self.state.get("started", 0.0)) or time.time())
-        router = await RouterHook(self.router_conn_id).get_async_client()
         try:
-            backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
-            async with await http_client(backend, self.max_in_flight) as http, \
-                    solving(router, http, backend, self._options()) as solver:
+            async with self._solver() as solver:
                 state = await drain_store(store, solver, options, state)
         finally:
-            await router.aclose()
             await asyncio.to_thread(store.close)
         return {"summary": state.summary()}
