@@ -32,7 +32,8 @@ __all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step"]
 T = TypeVar("T")
 Decision = Admission | Wait | Rejection
 
-#: Requests per admit script call: bounds one call's time on the Redis thread.
+#: Requests (or completions) per admit (complete) script call: bounds one call's time on the
+#: Redis thread and the arguments of its batched Redis calls.
 ADMIT_CHUNK = 256
 _OUTCOMES = ("ok", "rate_limited", "error")
 _COMPLETE_STATUS = {0: "unknown", 1: "released", 2: "settled"}
@@ -170,8 +171,12 @@ class RouterCore:
         """Statuses: ``released``, ``settled`` (lease had expired), ``unknown``."""
         if not completions:
             return []
-        reply = yield Script("complete", items=tuple(_encode_completion(c) for c in completions))
-        return [_COMPLETE_STATUS[int(x)] for x in reply]
+        statuses: list[str] = []
+        for start in range(0, len(completions), ADMIT_CHUNK):
+            chunk = completions[start : start + ADMIT_CHUNK]
+            reply = yield Script("complete", items=tuple(_encode_completion(c) for c in chunk))
+            statuses.extend(_COMPLETE_STATUS[int(x)] for x in reply)
+        return statuses
 
     def mark_sent(self, lease_ids: Sequence[str]) -> Step[int]:
         if not lease_ids:

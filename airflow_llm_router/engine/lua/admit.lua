@@ -7,8 +7,25 @@
 --                    | {'E', reason, model or ''}
 local reqs = cjson.decode(ARGV[2])
 
+-- This call's new leases and request ids, written with one HSET each at the end.
+local NEW_LEASES, NEW_RIDS, ADMITTED = {}, {}, {}
+-- Lease numbers come from K_SEQ in one block per call: LEFT is how many requests of the
+-- call are still undecided, so the block never runs short.
+local SEQ_NEXT, SEQ_LAST, LEFT = 1, 0, 0
+
+local function next_lease_no()
+  if SEQ_NEXT > SEQ_LAST then
+    SEQ_LAST = redis.call('INCRBY', K_SEQ, LEFT)
+    SEQ_NEXT = SEQ_LAST - LEFT + 1
+  end
+  SEQ_NEXT = SEQ_NEXT + 1
+  return SEQ_NEXT - 1
+end
+
 local function reuse(req)
-  local lid = redis.call('HGET', K_REQUESTS, req.rid)
+  local lid = ADMITTED[req.rid]
+  if lid then return {'A', split_model(lid), lid, LEASE_TTL, 1} end
+  lid = redis.call('HGET', K_REQUESTS, req.rid)
   if not lid then return nil end
   local m = split_model(lid)
   local exp = redis.call('ZSCORE', K_LIVE(m), lid)
@@ -18,23 +35,21 @@ end
 
 local function reserve(st, req)
   local need = need_for(st, req)
-  local lid = st.m .. '#' .. redis.call('INCR', K_SEQ)
-  local rec = {m = st.m, s = need.s, i = need.i, o = need.o, t = NOW, r = req.rid}
+  local lid = st.m .. '#' .. next_lease_no()
+  local probe = 0
   if st.open > 0 then
-    rec.p = 1
+    probe = 1
     st.probe = lid
     redis.call('HSET', K_HEALTH, st.m .. '|probe', lid)
   end
   st.n, st.s, st.i, st.o = st.n + 1, st.s + need.s, st.i + need.i, st.o + need.o
   st.live = st.live + 1
   st.head = nil
-  redis.call('HSET', K_LEASES, lid, cjson.encode(rec))
-  redis.call('HSET', K_REQUESTS, req.rid, lid)
-  redis.call('ZADD', K_LIVE(st.m), int(NOW + LEASE_TTL), lid)
-  redis.call('ZADD', K_WIN(st.m), int(NOW), lid)
-  redis.call('HSET', K_WTOK(st.m), lid, need.s .. ':' .. need.i .. ':' .. need.o,
-    '_s', int(st.s), '_i', int(st.i), '_o', int(st.o))
-  redis.call('HINCRBY', K_STATS, st.m .. '|admitted', 1)
+  model_add(st, lid, need)
+  NEW_LEASES[#NEW_LEASES + 1] = lid
+  NEW_LEASES[#NEW_LEASES + 1] = lease_record(NOW, probe, req.rid)
+  NEW_RIDS[#NEW_RIDS + 1], NEW_RIDS[#NEW_RIDS + 2] = req.rid, lid
+  ADMITTED[req.rid] = lid
   return lid
 end
 
@@ -91,8 +106,14 @@ local out = {}
 for k, r in ipairs(reqs) do
   local ms = nil
   if type(r[7]) == 'table' then ms = r[7] end
+  LEFT = #reqs - k + 1
   out[k] = decide({rid = r[1], hot = r[2] == 1, s = r[3], i = r[4], o = r[5],
                    ordered = r[6] == 1, ms = ms})
+end
+for _, st in pairs(STATE) do model_flush(st) end
+if #NEW_LEASES > 0 then
+  redis.call('HSET', K_LEASES, unpack(NEW_LEASES))
+  redis.call('HSET', K_REQUESTS, unpack(NEW_RIDS))
 end
 fair_save()
 if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end

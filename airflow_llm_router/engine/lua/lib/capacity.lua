@@ -8,6 +8,7 @@
 -- The first BOUND window entries, oldest first: {t, s, i, o} each. Cached per model.
 local function window_head(st)
   if st.head then return st.head end
+  model_flush(st)
   local raw = redis.call('ZRANGE', K_WIN(st.m), 0, BOUND - 1, 'WITHSCORES')
   local ids, times = {}, {}
   for k = 1, #raw, 2 do
@@ -39,6 +40,7 @@ local function window_wait(st, field, excess)
 end
 
 local function slot_wait(st)
+  model_flush(st)
   local first = redis.call('ZRANGE', K_LIVE(st.m), 0, 0, 'WITHSCORES')
   if #first == 0 then return 1 end
   return math.max(1, math.min(MAX_WAIT, tonumber(first[2]) - NOW))
@@ -49,8 +51,9 @@ local function blocked(st, need, res)
   local q = st.q
   if st.cool > NOW then return st.cool - NOW, 'cooldown' end
   if st.open > NOW then return st.open - NOW, 'breaker' end
-  if st.open > 0 and st.probe and redis.call('ZSCORE', K_LIVE(st.m), st.probe) then
-    return MAX_WAIT, 'breaker'
+  if st.open > 0 and st.probe then
+    model_flush(st)
+    if redis.call('ZSCORE', K_LIVE(st.m), st.probe) then return MAX_WAIT, 'breaker' end
   end
   if st.live + 1 + res.n > q.conc then return slot_wait(st), 'concurrency' end
   if st.n + 1 + res.n > q.rpm then

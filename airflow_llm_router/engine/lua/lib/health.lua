@@ -2,13 +2,22 @@
 -- every caller, for the backend's Retry-After or COOLDOWN ms. BREAKER_FAILS 'error's in a
 -- row open the circuit breaker for BREAKER_OPEN ms; then one probe call is let through
 -- (half-open): its success closes the breaker, its failure opens it again.
--- Returns the model's count of completed calls after an 'ok' (0 otherwise).
+
+-- n 'ok' outcomes at once (n may be 0): they end the error streak, and one of them being
+-- the probe closes the breaker. Returns the model's count of completed calls after them.
+local function record_ok(m, n, was_probe)
+  if n == 0 then return 0 end
+  local h = m .. '|'
+  redis.call('HDEL', K_HEALTH, h .. 'fails')
+  if was_probe then redis.call('HDEL', K_HEALTH, h .. 'open', h .. 'probe') end
+  return redis.call('HINCRBY', K_STATS, h .. 'completed', n)
+end
+
+-- One outcome; returns the model's count of completed calls after an 'ok' (0 otherwise).
 local function record_outcome(m, outcome, retry_ms, was_probe)
   local h = m .. '|'
   if outcome == 'ok' then
-    redis.call('HDEL', K_HEALTH, h .. 'fails')
-    if was_probe then redis.call('HDEL', K_HEALTH, h .. 'open', h .. 'probe') end
-    return redis.call('HINCRBY', K_STATS, h .. 'completed', 1)
+    return record_ok(m, 1, was_probe)
   elseif outcome == 'rate_limited' then
     local untl = NOW + ((retry_ms and retry_ms > 0) and retry_ms or COOLDOWN)
     local cur = tonumber(redis.call('HGET', K_HEALTH, h .. 'cool')) or 0

@@ -12,7 +12,7 @@ local function reclaim(m)
   local infos = redis.call('HMGET', K_LEASES, unpack(gone))
   for i, lid in ipairs(gone) do
     if infos[i] then
-      local rec = cjson.decode(infos[i])
+      local rec = lease_fields(infos[i])
       if rec.r and redis.call('HGET', K_REQUESTS, rec.r) == lid then
         redis.call('HDEL', K_REQUESTS, rec.r)
       end
@@ -73,6 +73,40 @@ end
 local function model_names()
   if not NAMES then read_quotas() end
   return NAMES
+end
+
+-- Admissions' writes to their model's keys wait in st.pend until a read of those keys
+-- needs them (model_flush) or the call ends: a batch then costs one ZADD per sorted set
+-- and one HSET of window tokens per model, not five calls per admission.
+local FLUSH_AT = 256  -- bounds the arguments of one call
+
+local function model_flush(st)
+  local p = st and st.pend
+  if not p then return end
+  st.pend = nil
+  redis.call('ZADD', K_LIVE(st.m), unpack(p.live))
+  redis.call('ZADD', K_WIN(st.m), unpack(p.win))
+  local tok = p.tok
+  tok[#tok + 1], tok[#tok + 2] = '_s', int(st.s)
+  tok[#tok + 1], tok[#tok + 2] = '_i', int(st.i)
+  tok[#tok + 1], tok[#tok + 2] = '_o', int(st.o)
+  redis.call('HSET', K_WTOK(st.m), unpack(tok))
+  redis.call('HINCRBY', K_STATS, st.m .. '|admitted', p.n)
+end
+
+-- Queue one admission's writes: its live lease, window entry and window tokens.
+local function model_add(st, lid, need)
+  local p = st.pend
+  if not p then
+    p = {live = {}, win = {}, tok = {}, n = 0}
+    st.pend = p
+  end
+  local live, win, tok = p.live, p.win, p.tok
+  live[#live + 1], live[#live + 2] = int(NOW + LEASE_TTL), lid
+  win[#win + 1], win[#win + 2] = int(NOW), lid
+  tok[#tok + 1], tok[#tok + 2] = lid, need.s .. ':' .. need.i .. ':' .. need.o
+  p.n = p.n + 1
+  if p.n >= FLUSH_AT then model_flush(st) end
 end
 
 -- Returns the model's state table, or false when the model has no quota.

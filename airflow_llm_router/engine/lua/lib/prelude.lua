@@ -24,3 +24,17 @@ end
 local function int(x)
   return string.format('%d', x)
 end
+
+-- A lease's record in K_LEASES: "<admitted ms>:<probe 0/1>:<request id>" (a string, not
+-- JSON: encoding and decoding it is a pattern match, on the path of every admission).
+local function lease_record(t, probe, rid)
+  return int(t) .. ':' .. probe .. ':' .. rid
+end
+
+-- {t = admitted ms, p = 1 for a breaker probe, r = request id}; reads the JSON records of
+-- earlier versions too (a lease lives one TTL, so they are gone after an upgrade).
+local function lease_fields(info)
+  local t, p, r = string.match(info, '^(%d+):([01]):(.*)$')
+  if t then return {t = tonumber(t), p = tonumber(p), r = r} end
+  return cjson.decode(info)
+end
