@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
+from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
@@ -96,6 +97,7 @@ class BatchAdmitter:
                     p.future.set_result(None)
                 else:
                     assert isinstance(decision, Wait)
+                    metrics.waited(decision.reason)
                     soonest = min(soonest, decision.retry_after_ms / 1000, p.deadline - now)
             if expired:
                 await self._client.cancel(expired)

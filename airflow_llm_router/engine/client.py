@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,7 @@ from airflow_llm_router.engine.core import (
     Step,
 )
 from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, admit_restoring
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import (
@@ -44,6 +46,8 @@ from airflow_llm_router.exceptions import ImpossibleRequestError, LeaseNotFoundE
 
 __all__ = ["AsyncRouterClient", "RouterClient", "ScriptMerger"]
 
+log = logging.getLogger(__name__)
+
 
 def _single(decision: Decision) -> Admission | Wait:
     if isinstance(decision, Rejection):
@@ -55,6 +59,8 @@ class _RouterAPI:
     """The public operations; ``_drive`` runs a core step generator to its result."""
 
     core: RouterCore
+    #: Where lost quotas are restored from (see :mod:`~airflow_llm_router.engine.restore`).
+    quota_source: QuotaSource | None = None
 
     def _drive(self, step: Step[Any]) -> Any:
         raise NotImplementedError
@@ -87,7 +93,22 @@ class _RouterAPI:
     def admit_many(self, requests: Sequence[AdmitRequest]) -> list[Decision]:
         """Decide many requests in one round trip per 256: each gets an
         :class:`Admission`, a :class:`Wait` or a :class:`Rejection` (never raises for one)."""
-        return self._drive(self.core.admit_many(requests))
+        return self._drive(self._admit(requests))
+
+    def _admit(self, requests: Sequence[AdmitRequest]) -> Step[list[Decision]]:
+        if self.quota_source is None:
+            return self.core.admit_many(requests)
+        return admit_restoring(self.core, requests)
+
+    def _load_quotas(self) -> dict[str, ModelQuota] | None:
+        """Read the quota source; a failure is logged, not raised (the caller then gets the
+        rejection it would have had without a source)."""
+        assert self.quota_source is not None
+        try:
+            return dict(self.quota_source())
+        except Exception:
+            log.exception("could not read quotas from the quota source to restore them")
+            return None
 
     def admit(
         self,
@@ -116,7 +137,7 @@ class _RouterAPI:
             priority=priority,
             **({"request_id": request_id} if request_id else {}),
         )
-        return self._then(self._drive(self.core.admit_many([request])), lambda d: _single(d[0]))
+        return self._then(self._drive(self._admit([request])), lambda d: _single(d[0]))
 
     def heartbeat_many(self, lease_ids: Sequence[str]) -> list[float | None]:
         """Extend leases; each entry is the new TTL in seconds or None if the lease is gone."""
@@ -189,9 +210,11 @@ def _alive(lease_id: str, ttl: float | None) -> float:
 class RouterClient(_RouterAPI):
     """Blocking client over a ``redis.Redis`` connection."""
 
-    def __init__(self, client: redis.Redis, settings: RouterSettings | None = None) -> None:
+    def __init__(self, client: redis.Redis, settings: RouterSettings | None = None, *,
+                 quota_source: QuotaSource | None = None) -> None:
         self.redis = client
         self.core = RouterCore(settings or RouterSettings())
+        self.quota_source = quota_source
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
 
     @classmethod
@@ -209,9 +232,11 @@ class RouterClient(_RouterAPI):
     def _then(self, result: Any, fn: Any) -> Any:
         return fn(result)
 
-    def _run(self, action: Script | Command) -> Any:
+    def _run(self, action: Script | Command | LoadQuotas) -> Any:
         if isinstance(action, Command):
             return self.redis.execute_command(*action.args)
+        if isinstance(action, LoadQuotas):
+            return self._load_quotas()
         return self._scripts[action.op](
             keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.argv()]
         )
@@ -245,10 +270,12 @@ class AsyncRouterClient(_RouterAPI):
     """Asyncio client over a ``redis.asyncio.Redis``; every method returns an awaitable."""
 
     def __init__(
-        self, client: aioredis.Redis, settings: RouterSettings | None = None
+        self, client: aioredis.Redis, settings: RouterSettings | None = None, *,
+        quota_source: QuotaSource | None = None,
     ) -> None:
         self.redis = client
         self.core = RouterCore(settings or RouterSettings())
+        self.quota_source = quota_source
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
         self._releases = ReleaseListener(client, self.core.keys.released_channel)
         self._merger = ScriptMerger(self._script)
@@ -270,9 +297,11 @@ class AsyncRouterClient(_RouterAPI):
     async def _then(self, result: Any, fn: Any) -> Any:  # type: ignore[override]
         return fn(await result)
 
-    async def _run(self, action: Script | Command) -> Any:
+    async def _run(self, action: Script | Command | LoadQuotas) -> Any:
         if isinstance(action, Command):
             return await self.redis.execute_command(*action.args)
+        if isinstance(action, LoadQuotas):
+            return await asyncio.to_thread(self._load_quotas)
         if action.items is not None:
             return await self._merger.call(action)
         return await self._script(action)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import cached_property
 from typing import Any
 
@@ -10,9 +11,13 @@ import redis.asyncio as aioredis
 from airflow.sdk import BaseHook
 
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine.restore import QuotaSource
 from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.quotas.config import QuotaConfig
 
 __all__ = ["RouterHook", "redis_kwargs", "router_settings"]
+
+log = logging.getLogger(__name__)
 
 _SSL_FIELDS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_keyfile", "ssl_certfile",
                "ssl_check_hostname")
@@ -95,8 +100,15 @@ class RouterHook(BaseHook):
     def client(self) -> RouterClient:
         """The sync client (built once per hook)."""
         conn = self.get_connection(self.router_conn_id)
+        config = self._restore_from(conn)
+        source = None
+        if config is not None:
+            try:
+                source = _source(config, self.get_connection(config.postgres_conn_id))
+            except Exception as err:  # no quota store: admissions work, restores can't
+                _no_source(config, err)
         return RouterClient(redis.Redis(**redis_kwargs(conn)),
-                            router_settings(conn, self._overrides))
+                            router_settings(conn, self._overrides), quota_source=source)
 
     def get_conn(self) -> RouterClient:
         return self.client
@@ -107,8 +119,22 @@ class RouterHook(BaseHook):
         conn = await self.aget_connection(self.router_conn_id)
         pool = aioredis.BlockingConnectionPool(**redis_kwargs(conn), max_connections=32,
                                                timeout=None)
+        config = self._restore_from(conn)
+        source = None
+        if config is not None:
+            try:
+                source = _source(config, await self.aget_connection(config.postgres_conn_id))
+            except Exception as err:
+                _no_source(config, err)
         return AsyncRouterClient(aioredis.Redis(connection_pool=pool),
-                                 router_settings(conn, self._overrides))
+                                 router_settings(conn, self._overrides), quota_source=source)
+
+    @staticmethod
+    def _restore_from(conn: Any) -> QuotaConfig | None:
+        """The quota store that clients restore lost quotas from (the ``[llm_router]``
+        config, overridden by the connection's extra), or None if restoring is off."""
+        config = QuotaConfig.from_airflow().with_router_extra(conn.extra_dejson)
+        return config if config.restore else None
 
     def test_connection(self) -> tuple[bool, str]:
         try:
@@ -118,3 +144,12 @@ class RouterHook(BaseHook):
             return False, f"cannot reach the router's Redis: {err}"
         return True, f"connected; {len(models)} model quota(s) in namespace " \
                      f"{self.client.settings.namespace!r}"
+
+
+def _source(config: QuotaConfig, postgres_conn: Any) -> QuotaSource:
+    return config.open_store(None, postgres_conn).quotas
+
+
+def _no_source(config: QuotaConfig, err: Exception) -> None:
+    log.info("quotas lost from Redis cannot be restored: no quota store connection %r (%s)",
+             config.postgres_conn_id, type(err).__name__)

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from airflow_llm_router import metrics
 from airflow_llm_router.engine.batching import BatchAdmitter
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
@@ -173,6 +174,7 @@ class Solver:
                 input_tokens=tokens, models=item.models, ordered=item.ordered,
                 priority=item.priority,  # type: ignore[arg-type]
                 request_id=f"{item.request_id}:{calls + 1}")
+            asked = time.monotonic()
             try:
                 lease = await self.admitter.admit(request, max(0.0, self._left()))
             except ImpossibleRequestError as err:
@@ -181,6 +183,7 @@ class Solver:
             if lease is None:
                 return SolveResult(item.key, "unfinished", calls=calls, rate_limited=limited,
                                    error=last.error if last else None)
+            metrics.admitted(lease.model, time.monotonic() - asked)
             calls += 1
             last = await self._call(item, lease.model, lease.lease_id)
             if last.status == "ok":
@@ -215,6 +218,10 @@ class Solver:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1
         outcome = {"ok": "ok", "rate_limited": "rate_limited"}.get(result.status, "error")
+        if outcome == "rate_limited":
+            metrics.rate_limited(model)
+        elif outcome == "error":
+            metrics.errored(model)
         await self.router.complete_many([Completion(
             lease_id, result.input_tokens, result.output_tokens,
             outcome,  # type: ignore[arg-type]
@@ -231,12 +238,17 @@ async def _keep_alive(router: AsyncRouterClient, progress: _Progress) -> None:
             await router.heartbeat_many(list(progress.live))
 
 
-async def _report(progress: _Progress, every_s: float) -> None:
+async def _report(router: AsyncRouterClient, progress: _Progress, every_s: float) -> None:
+    """Log progress and send the usage gauges (see :mod:`airflow_llm_router.metrics`)."""
     while True:
         await asyncio.sleep(every_s)
         log.info("solving: %d/%d done (%d solved), %d calls in flight, %d waiting",
                  progress.done, progress.total, progress.solved, progress.calling,
                  progress.total - progress.done - progress.calling)
+        try:
+            metrics.usage(await router.stats())
+        except Exception:  # gauges are best effort; Redis errors surface in the solving
+            log.debug("could not read the router's stats for the gauges", exc_info=True)
 
 
 @contextlib.asynccontextmanager
@@ -252,7 +264,7 @@ async def solving(
     async with BatchAdmitter(router) as admitter:
         solver = Solver(router, http, backend, options, admitter, progress)
         helpers = [asyncio.create_task(_keep_alive(router, progress)),
-                   asyncio.create_task(_report(progress, options.progress_every_s)),
+                   asyncio.create_task(_report(router, progress, options.progress_every_s)),
                    asyncio.create_task(solver.stamps.run())]
         try:
             yield solver

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -124,12 +124,16 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST_VERSION = MIGRATIONS[-1].version
 
 
-def migrate(conn: psycopg.Connection, names: TableNames) -> int:
-    """Bring the schema up to :data:`LATEST_VERSION`; return the version now in place.
+def migrate(conn: psycopg.Connection, names: TableNames,
+            migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Bring the schema up to the last of ``migrations``; return the version now in place.
 
     Safe to call on every start: when nothing is missing it only takes the lock and reads
     one row. Raises :class:`TaskStoreError` if the database was migrated by a newer release.
+    ``migrations`` defaults to the tasks table's; other tables of the package (the quota
+    store) pass their own, recorded in the same ``schema_version`` under their table name.
     """
+    latest = migrations[-1].version
     with conn.transaction():
         conn.execute(
             "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
@@ -137,12 +141,12 @@ def migrate(conn: psycopg.Connection, names: TableNames) -> int:
         )
         _ensure_schema(conn, names)
         current = _current_version(conn, names)
-        if current > LATEST_VERSION:
+        if current > latest:
             raise TaskStoreError(
                 f"{names.schema}.{names.table} is at schema version {current} but this "
-                f"airflow-llm-router only knows up to {LATEST_VERSION}; upgrade the package"
+                f"airflow-llm-router only knows up to {latest}; upgrade the package"
             )
-        for migration in MIGRATIONS:
+        for migration in migrations:
             if migration.version <= current:
                 continue
             for statement in migration.statements(names):
@@ -154,7 +158,7 @@ def migrate(conn: psycopg.Connection, names: TableNames) -> int:
                 (names.table, migration.version, migration.description),
             )
             log.info(
-                "Applied task store migration %s (%s) to %s.%s",
+                "Applied migration %s (%s) to %s.%s",
                 migration.version,
                 migration.description,
                 names.schema,

@@ -1,0 +1,115 @@
+"""The router's metrics, sent through Airflow's own ``Stats`` so that the StatsD or
+OpenTelemetry dashboards already watching Airflow see them (``[metrics]`` configures where).
+
+Names start with ``llm_router.`` (after Airflow's ``statsd_prefix``). Each per-model metric
+carries the model both in its name (``llm_router.admitted.gpt-small``: plain StatsD has no
+tags) and as the tag ``model`` (OpenTelemetry, InfluxDB-style StatsD):
+
+========================================  =======  ==========================================
+name                                      type     when
+========================================  =======  ==========================================
+``llm_router.admitted.<model>``           counter  a prompt was admitted (solver)
+``llm_router.admission_wait.<model>``     timer    ms from asking to being admitted (solver)
+``llm_router.waits.<reason>``             counter  an admission answered "wait" (rpm, tpm, ...)
+``llm_router.rate_limited.<model>``       counter  the backend answered 429
+``llm_router.errors.<model>``             counter  the call failed (5xx, timeout, ...)
+``llm_router.in_flight.<model>``          gauge    calls in flight now
+``llm_router.window_requests.<model>``    gauge    requests in the current window
+``llm_router.window_tokens.<model>``      gauge    tokens in the current window
+``llm_router.rpm_used_pct.<model>``       gauge    window requests / rpm, percent
+``llm_router.tpm_used_pct.<model>``       gauge    window tokens / tpm, percent
+``llm_router.waiting``                    gauge    requests waiting for capacity
+========================================  =======  ==========================================
+
+Gauges are sent whenever stats are read: by the solver's progress loop while it runs and by
+the quota API. A metric never raises: a broken metrics backend must not stop solving.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow_llm_router.engine.stats import RouterStats
+
+__all__ = ["admitted", "errored", "rate_limited", "usage", "waited"]
+
+log = logging.getLogger(__name__)
+
+PREFIX = "llm_router"
+
+_initialized = False
+
+
+def _stats() -> Any:
+    """The Task SDK's ``Stats``, initialised from ``[metrics]`` once per process.
+
+    Workers initialise it themselves; the triggerer and the API server initialise only the
+    core copy, which the SDK's module does not share, so we do it here (same factory, same
+    settings: initialising twice only replaces the client socket).
+    """
+    global _initialized
+    from airflow.sdk.observability import stats
+
+    if not _initialized:
+        from airflow.configuration import conf
+        from airflow.observability.metrics import stats_utils
+
+        stats.initialize(factory=stats_utils.get_stats_factory(),
+                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on",
+                                                             fallback=True))
+        _initialized = True
+    return stats
+
+
+def _name(metric: str, model: str | None = None) -> str:
+    if model is None:
+        return f"{PREFIX}.{metric}"
+    from airflow.sdk.observability.stats import normalize_name_for_stats
+
+    return f"{PREFIX}.{metric}.{normalize_name_for_stats(model, log_warning=False)}"
+
+
+def _emit(kind: str, metric: str, value: float | None = None, model: str | None = None) -> None:
+    try:
+        stats = _stats()
+        tags = {"model": model} if model is not None else None
+        if kind == "incr":
+            stats.incr(_name(metric, model), tags=tags)
+        elif kind == "gauge":
+            stats.gauge(_name(metric, model), value, tags=tags)
+        else:
+            stats.timing(_name(metric, model), value, tags=tags)
+    except Exception:  # metrics are best effort
+        log.debug("could not emit %s", metric, exc_info=True)
+
+
+def admitted(model: str, waited_s: float) -> None:
+    """A prompt was admitted on ``model`` after asking for ``waited_s`` seconds."""
+    _emit("incr", "admitted", model=model)
+    _emit("timing", "admission_wait", max(0.0, waited_s) * 1000, model=model)
+
+
+def waited(reason: str) -> None:
+    """An admission answered "wait" because of ``reason`` (rpm, tpm, concurrency, ...)."""
+    _emit("incr", f"waits.{reason}")
+
+
+def rate_limited(model: str) -> None:
+    _emit("incr", "rate_limited", model=model)
+
+
+def errored(model: str) -> None:
+    _emit("incr", "errors", model=model)
+
+
+def usage(stats: RouterStats) -> None:
+    """Gauges of every model's current window and in-flight calls."""
+    _emit("gauge", "waiting", stats.waiting)
+    for name, m in stats.models.items():
+        _emit("gauge", "in_flight", m.in_flight, model=name)
+        _emit("gauge", "window_requests", m.requests, model=name)
+        _emit("gauge", "window_tokens", m.tokens, model=name)
+        if m.quota is not None:
+            _emit("gauge", "rpm_used_pct", 100.0 * m.requests / m.quota.rpm, model=name)
+            _emit("gauge", "tpm_used_pct", 100.0 * m.tokens / m.quota.tpm, model=name)

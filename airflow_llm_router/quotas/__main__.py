@@ -1,0 +1,83 @@
+"""Command line of the quota store, for deploy scripts.
+
+    python -m airflow_llm_router.quotas load quotas.yaml [--prune] [--conn-id ...]
+    python -m airflow_llm_router.quotas migrate
+    python -m airflow_llm_router.quotas list
+
+Connections and tables default to the ``[llm_router]`` Airflow config (see
+:class:`~airflow_llm_router.quotas.config.QuotaConfig`). Exit status 2 for invalid input
+(nothing written), 1 when PostgreSQL or Redis failed (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+from airflow_llm_router.exceptions import QuotaValidationError
+from airflow_llm_router.quotas.config import QuotaConfig
+from airflow_llm_router.quotas.errors import QuotaStoreError
+from airflow_llm_router.quotas.loader import read_quota_file
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m airflow_llm_router.quotas",
+                                     description="Manage the LLM router's durable quotas.")
+    parser.add_argument("--conn-id", help="the llm_router connection (Redis)")
+    parser.add_argument("--postgres-conn-id", help="the PostgreSQL connection")
+    parser.add_argument("--schema", help="schema of the quota table")
+    parser.add_argument("--table", help="name of the quota table")
+    commands = parser.add_subparsers(dest="command", required=True)
+    load = commands.add_parser("load", help="validate a YAML/JSON file and apply it at once")
+    load.add_argument("file")
+    load.add_argument("--prune", action="store_true",
+                      help="also delete stored quotas of models the file does not name")
+    load.add_argument("--actor", default=f"cli:{getpass.getuser()}",
+                      help="name recorded in the audit log")
+    commands.add_parser("migrate", help="create or upgrade the quota tables")
+    commands.add_parser("list", help="print the stored quotas as JSON")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> QuotaConfig:
+    config = QuotaConfig.from_airflow()
+    chosen = {"router_conn_id": args.conn_id, "postgres_conn_id": args.postgres_conn_id,
+              "schema": args.schema, "table": args.table}
+    return replace(config, **{k: v for k, v in chosen.items() if v})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    config = _config(args)
+    try:
+        if args.command == "load":
+            quotas = read_quota_file(args.file)  # validated before any connection is made
+            from airflow_llm_router.hooks.router import RouterHook
+
+            router = RouterHook(config.router_conn_id).client
+            store = config.open_store(router)
+            store.migrate()
+            changes = store.load(quotas, actor=args.actor, source="file", prune=args.prune)
+            for change in changes:
+                print(f"{change.action:8} {change.model}")
+            print(f"{len(changes)} change(s); {len(quotas)} model(s) in {args.file}")
+        elif args.command == "migrate":
+            print(f"quota tables at version {config.open_store(None).migrate()}")
+        else:
+            records = config.open_store(None).records()
+            print(json.dumps({r.model: r.quota.model_dump() for r in records}, indent=2))
+    except QuotaValidationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except QuotaStoreError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""The durable quotas: PostgreSQL is the source of truth, Redis the copy the engine reads.
+
+Every change is one transaction that writes the quota row and an audit row (who, when,
+old, new) and, before committing, pushes the new value to the router's Redis. If the push
+fails the transaction rolls back; if the commit fails after a push, the old value is pushed
+back. So PostgreSQL and Redis never disagree because of a half-applied change. One
+advisory lock per quota table serialises changes, so Redis sees them in commit order.
+
+Each call opens its own short-lived connection: the store is used from the API server's
+thread pool and from the CLI, where calls are rare and must not share a connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import Jsonb
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.quota import ModelQuota, validate_model_name
+from airflow_llm_router.quotas.errors import QuotaNotFoundError, QuotaStoreError
+from airflow_llm_router.quotas.schema import QUOTA_MIGRATIONS, audit_table, quota_table
+from airflow_llm_router.store.schema import ADVISORY_LOCK_CLASS, TableNames, migrate
+
+log = logging.getLogger(__name__)
+
+Action = Literal["create", "replace", "patch", "delete"]
+
+#: Second advisory-lock class (the first, ``ADVISORY_LOCK_CLASS``, guards migrations).
+_CHANGE_LOCK_CLASS = ADVISORY_LOCK_CLASS + 1
+
+
+@dataclass(frozen=True)
+class QuotaRecord:
+    """One model's stored quota and its last change."""
+
+    model: str
+    quota: ModelQuota
+    updated_at: datetime
+    updated_by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "quota": self.quota.model_dump(),
+                "updated_at": self.updated_at.isoformat(), "updated_by": self.updated_by}
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One change: ``old`` is None for a creation, ``new`` None for a deletion."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: Action
+    source: str
+    model: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at.isoformat(), "actor": self.actor,
+                "action": self.action, "source": self.source, "model": self.model,
+                "old": self.old, "new": self.new}
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    """What one call changed (``audit_id`` is None when the value was already in place)."""
+
+    model: str
+    action: Action
+    old: ModelQuota | None
+    new: ModelQuota | None
+    audit_id: int | None
+
+
+class QuotaStore:
+    """Quotas in ``<schema>.<table>`` and their audit log in ``<schema>.<table>_audit``.
+
+    :param dsn: a libpq connection string or URI. Never logged.
+    :param router: the router client changes are pushed to; None for a read-only store
+        (e.g. the engine's restore source).
+    :param schema: the schema (created by :meth:`migrate`); lower-case identifier.
+    :param table: the quota table's name; lower-case identifier.
+    """
+
+    def __init__(self, dsn: str, router: RouterClient | None = None, *,
+                 schema: str = "llm_router", table: str = "quotas") -> None:
+        self._names = TableNames(schema=schema, table=table)
+        self._dsn = dsn
+        self.router = router
+
+    def __repr__(self) -> str:
+        return f"QuotaStore(schema={self._names.schema!r}, table={self._names.table!r})"
+
+    # --- connections ------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        params = conninfo_to_dict(self._dsn)
+        params.setdefault("application_name", "airflow-llm-router-quotas")
+        params.setdefault("connect_timeout", 10)
+        try:
+            with psycopg.connect(autocommit=False, **params) as conn, conn.transaction():
+                yield conn
+        except pg_errors.UndefinedTable as err:
+            raise QuotaStoreError(
+                f"table {self._names.schema}.{self._names.table} does not exist; run "
+                "QuotaStore.migrate() (or the quota CLI's 'migrate') once"
+            ) from err
+        except psycopg.Error as err:
+            raise QuotaStoreError(f"quota store: {err}") from err
+
+    def migrate(self) -> int:
+        """Create or upgrade the quota tables; idempotent, safe to run concurrently."""
+        params = conninfo_to_dict(self._dsn)
+        try:
+            with psycopg.connect(autocommit=False, **params) as conn:
+                return migrate(conn, self._names, QUOTA_MIGRATIONS)
+        except psycopg.Error as err:
+            raise QuotaStoreError(f"quota store migration failed: {err}") from err
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def quotas(self) -> dict[str, ModelQuota]:
+        """Every stored quota by model: the source the router restores Redis from."""
+        return {r.model: r.quota for r in self.records()}
+
+    def records(self) -> list[QuotaRecord]:
+        with self._transaction() as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT model, quota, updated_at, updated_by FROM {} ORDER BY model")
+                .format(quota_table(self._names))).fetchall()
+        return [QuotaRecord(m, ModelQuota.model_validate(q), at, by) for m, q, at, by in rows]
+
+    def get(self, model: str) -> QuotaRecord | None:
+        with self._transaction() as conn:
+            row = conn.execute(
+                sql.SQL("SELECT model, quota, updated_at, updated_by FROM {} WHERE model = %s")
+                .format(quota_table(self._names)), (model,)).fetchone()
+        return None if row is None else QuotaRecord(row[0], ModelQuota.model_validate(row[1]),
+                                                    row[2], row[3])
+
+    def audit(self, model: str | None = None, limit: int = 50) -> list[AuditEntry]:
+        """The most recent changes first, of one model or of all."""
+        where = sql.SQL("WHERE model = %(model)s") if model is not None else sql.SQL("")
+        query = sql.SQL(
+            "SELECT id, at, actor, action, source, model, old, new FROM {audit} {where} "
+            "ORDER BY id DESC LIMIT %(limit)s"
+        ).format(audit=audit_table(self._names), where=where)
+        with self._transaction() as conn:
+            rows = conn.execute(query, {"model": model, "limit": max(1, limit)}).fetchall()
+        return [AuditEntry(*row) for row in rows]
+
+    # --- changes ----------------------------------------------------------------------------
+
+    def put(self, model: str, quota: ModelQuota | Mapping[str, Any], *, actor: str,
+            source: str = "python") -> QuotaChange:
+        """Create or replace ``model``'s quota.
+
+        :raises QuotaValidationError: naming the bad field (nothing is changed).
+        :raises QuotaStoreError: PostgreSQL or Redis failed (nothing is changed).
+        """
+        new = _checked(model, quota)
+        return self._change({model: new}, actor=actor, source=source)[0]
+
+    def patch(self, model: str, fields: Mapping[str, Any], *, actor: str,
+              source: str = "python") -> QuotaChange:
+        """Change some fields of an existing quota; the result is validated as a whole.
+
+        :raises QuotaNotFoundError: ``model`` has no quota.
+        """
+        validate_model_name(model)
+        return self._change({model: dict(fields)}, actor=actor, source=source, patch=True)[0]
+
+    def delete(self, model: str, *, actor: str, source: str = "python") -> QuotaChange:
+        """Remove ``model``'s quota (the router stops admitting it).
+
+        :raises QuotaNotFoundError: ``model`` has no quota.
+        """
+        validate_model_name(model)
+        return self._change({model: None}, actor=actor, source=source)[0]
+
+    def load(self, quotas: Mapping[str, ModelQuota | Mapping[str, Any]], *, actor: str,
+             source: str = "file", prune: bool = False) -> list[QuotaChange]:
+        """Put many quotas in one transaction: all apply or none.
+
+        :param prune: also delete stored models that ``quotas`` does not name.
+        :return: the changes, models whose quota was already equal left out.
+        """
+        wanted: dict[str, ModelQuota | dict[str, Any] | None] = {
+            model: _checked(model, quota) for model, quota in quotas.items()}
+        if prune:
+            for model in self.quotas():
+                wanted.setdefault(model, None)
+        return [c for c in self._change(wanted, actor=actor, source=source, missing_ok=prune)
+                if c.audit_id is not None]
+
+    def _change(self, wanted: Mapping[str, ModelQuota | dict[str, Any] | None], *, actor: str,
+                source: str, patch: bool = False, missing_ok: bool = False
+                ) -> list[QuotaChange]:
+        pushed: list[QuotaChange] = []
+        try:
+            with self._transaction() as conn:
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                             (_CHANGE_LOCK_CLASS, f"{self._names.schema}.{self._names.table}"))
+                changes = [self._write(conn, model, value, actor, source, patch, missing_ok)
+                           for model, value in sorted(wanted.items())]
+                for change in changes:
+                    if change.audit_id is not None:
+                        self._push(change.model, change.new)
+                        pushed.append(change)
+        except BaseException:
+            for change in reversed(pushed):  # the commit failed after the push: undo it
+                self._undo(change)
+            raise
+        return changes
+
+    def _write(self, conn: psycopg.Connection[Any], model: str,
+               value: ModelQuota | dict[str, Any] | None, actor: str, source: str,
+               patch: bool, missing_ok: bool) -> QuotaChange:
+        row = conn.execute(
+            sql.SQL("SELECT quota FROM {} WHERE model = %s FOR UPDATE")
+            .format(quota_table(self._names)), (model,)).fetchone()
+        old = None if row is None else ModelQuota.model_validate(row[0])
+        if old is None and (patch or value is None):
+            if missing_ok:
+                return QuotaChange(model, "delete", None, None, None)
+            raise QuotaNotFoundError(f"model {model!r} has no quota; create it first (PUT)")
+        if isinstance(value, dict):  # a patch: merge, then validate the whole quota
+            assert old is not None
+            value = _checked(model, {**old.model_dump(), **value})
+        action: Action = ("delete" if value is None else "create" if old is None
+                          else "patch" if patch else "replace")
+        if value == old:
+            return QuotaChange(model, action, old, value, None)
+        table = quota_table(self._names)
+        if value is None:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE model = %s").format(table), (model,))
+        else:
+            conn.execute(
+                sql.SQL("INSERT INTO {} (model, quota, updated_at, updated_by) "
+                        "VALUES (%s, %s, now(), %s) ON CONFLICT (model) DO UPDATE SET "
+                        "quota = EXCLUDED.quota, updated_at = now(), "
+                        "updated_by = EXCLUDED.updated_by").format(table),
+                (model, Jsonb(value.model_dump()), actor))
+        audit_row = conn.execute(
+            sql.SQL("INSERT INTO {} (actor, action, source, model, old, new) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id")
+            .format(audit_table(self._names)),
+            (actor, action, source, model, _json(old), _json(value))).fetchone()
+        assert audit_row is not None
+        return QuotaChange(model, action, old, value, int(audit_row[0]))
+
+    def _push(self, model: str, quota: ModelQuota | None) -> None:
+        if self.router is None:
+            return
+        try:
+            if quota is None:
+                self.router.delete_quota(model)
+            else:
+                self.router.set_quota(model, quota)
+        except Exception as err:
+            raise QuotaStoreError(
+                f"cannot push the quota of {model!r} to the router's Redis ({err}); "
+                "nothing was changed, retry when Redis is reachable"
+            ) from err
+
+    def _undo(self, change: QuotaChange) -> None:
+        try:
+            self._push(change.model, change.old)
+        except QuotaStoreError:
+            log.exception("could not restore the previous quota of %r in Redis after a "
+                          "failed commit; the router restores it from PostgreSQL only "
+                          "after Redis loses every quota", change.model)
+
+
+def _checked(model: str, quota: ModelQuota | Mapping[str, Any]) -> ModelQuota:
+    validate_model_name(model)
+    return quota if isinstance(quota, ModelQuota) else ModelQuota.parse(dict(quota))
+
+
+def _json(quota: ModelQuota | None) -> Jsonb | None:
+    return None if quota is None else Jsonb(quota.model_dump())

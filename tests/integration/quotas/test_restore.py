@@ -1,0 +1,76 @@
+"""Redis loses its data while quotas exist: the next admission restores them from
+PostgreSQL and obeys them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
+from airflow_llm_router.exceptions import ImpossibleRequestError
+from airflow_llm_router.quotas import QuotaStore
+
+QUOTA = {"rpm": 3, "tpm": 10**6, "max_concurrency": 10, "window_s": 30}
+
+
+def test_sync_client_restores_then_obeys(quota_store: QuotaStore, namespace: str,
+                                         redis_url: str, lose_redis: Callable[[], int]) -> None:
+    quota_store.put("m", QUOTA, actor="a")
+    quota_store.put("other", {**QUOTA, "enabled": False}, actor="a")
+    assert lose_redis() > 0
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    client.quota_source = quota_store.quotas
+    try:
+        decisions = [client.admit(10) for _ in range(4)]
+        assert [type(d) for d in decisions] == [Admission] * 3 + [Wait]
+        assert {d.model for d in decisions if isinstance(d, Admission)} == {"m"}
+        assert client.get_quotas() == quota_store.quotas()
+    finally:
+        client.close()
+
+
+def test_without_source_the_loss_is_an_error(quota_store: QuotaStore, router: RouterClient,
+                                             lose_redis: Callable[[], int]) -> None:
+    quota_store.put("m", QUOTA, actor="a")
+    lose_redis()
+    with pytest.raises(ImpossibleRequestError, match="no model has a quota"):
+        router.admit(10)
+
+
+def test_an_unknown_model_is_not_restored_over_live_quotas(
+        quota_store: QuotaStore, router: RouterClient) -> None:
+    quota_store.put("m", QUOTA, actor="a")
+    router.quota_source = lambda: {"ghost": quota_store.quotas()["m"]}
+    with pytest.raises(ImpossibleRequestError) as err:
+        router.admit(10, models=["ghost"])
+    assert err.value.reason == "unknown_model"
+    assert sorted(router.get_quotas()) == ["m"]  # Redis held quotas: nothing was written
+
+
+def test_a_failing_source_leaves_the_rejection(router: RouterClient) -> None:
+    def broken() -> dict:
+        raise RuntimeError("PostgreSQL is down")
+
+    router.quota_source = broken
+    with pytest.raises(ImpossibleRequestError, match="no model has a quota"):
+        router.admit(10)
+
+
+async def test_async_client_restores_for_a_batch(quota_store: QuotaStore, namespace: str,
+                                                 redis_url: str,
+                                                 lose_redis: Callable[[], int]) -> None:
+    quota_store.put("m", QUOTA, actor="a")
+    lose_redis()
+    client = AsyncRouterClient(aioredis.Redis.from_url(redis_url),
+                               RouterSettings(namespace=namespace),
+                               quota_source=quota_store.quotas)
+    try:
+        decisions = await client.admit_many([AdmitRequest(estimated_tokens=10)
+                                             for _ in range(5)])
+        assert [type(d) for d in decisions] == [Admission] * 3 + [Wait] * 2
+        assert (await client.get_quota("m")) == quota_store.quotas()["m"]
+    finally:
+        await client.aclose()
