@@ -45,7 +45,8 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "LLM Router",
-                "python-modules": ["airflow_llm_router.triggers.solve"],
+                "python-modules": ["airflow_llm_router.triggers.solve",
+                                   "airflow_llm_router.triggers.backlog"],
             }
         ],
         "connection-types": [

@@ -10,25 +10,40 @@ without editing the DAG. Solvers claim tasks as slots free up, with ``SKIP LOCKE
 number of them share the backlog, and each ends when the backlog is empty or its time budget
 is spent.
 
-Triggered (no schedule); run with ``{"fan_out": 8}`` to force the fan-out.
+Started by arrivals: the DAG is scheduled on the ``llm_router_backlog`` asset, whose watcher
+(``BacklogArrivalTrigger``, in the triggerer) fires when an enqueue notifies the task store's
+channel, so a drain starts within seconds of work arriving on an idle system. One run at a
+time; enqueues during a run are drained by it, and their event starts one more run that
+finds what is left. It can also be triggered by hand; ``{"fan_out": 8}`` forces the fan-out.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, AssetWatcher, Param, task
 
 from airflow_llm_router.operators.solve import SolveTaskOperator
 from airflow_llm_router.sensors.backpressure import BackpressureSensor
+from airflow_llm_router.triggers.backlog import BacklogArrivalTrigger
 
 ROUTER_CONN_ID = "llm_router_default"
 BACKEND_CONN_ID = "models_backend_default"
 POSTGRES_CONN_ID = "postgres_default"
+STORE_SCHEMA = "llm_router"
+
+BACKLOG = Asset(
+    "llm_router_backlog",
+    watchers=[AssetWatcher(
+        name="llm_router_backlog_arrivals",
+        trigger=BacklogArrivalTrigger(postgres_conn_id=POSTGRES_CONN_ID, schema=STORE_SCHEMA),
+    )],
+)
 
 with DAG(
     dag_id="llm_router_drain",
-    schedule=None,
+    schedule=[BACKLOG],
+    max_active_runs=1,
     catchup=False,
     tags=["llm-router"],
     params={
@@ -42,7 +57,7 @@ with DAG(
                                description="model calls in flight per solver"),
         "time_budget_s": Param(1500, type="number", exclusiveMinimum=0,
                                description="a solver claims no new chunk after this"),
-        "store_schema": Param("llm_router", type="string"),
+        "store_schema": Param(STORE_SCHEMA, type="string"),
     },
     doc_md=__doc__,
 ) as dag:
@@ -56,6 +71,7 @@ with DAG(
         max_solvers="{{ params.max_solvers }}",
         poke_interval=5,
         timeout=3600,
+        soft_fail=True,  # a run started for work an earlier run already drained ends skipped
     )
 
     @task

@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.store import TaskStore
+from airflow_llm_router.triggers.backlog import BackpressureTrigger
 
 __all__ = ["BackpressureSensor"]
 
 
 class BackpressureSensor(BaseSensorOperator):
-    """Pokes until the task store has a backlog and the router has an enabled model, then
+    """Waits until the task store has a backlog and the router has an enabled model, then
     returns the router's advice (:meth:`Advice.to_dict`) as its XCom: ``solvers`` is the
     number of solver instances that saturate the quotas (Little's law, capped by the backlog
     and ``max_solvers``), with per-model rates, binding limits and the backpressure score.
 
-    Not deferrable yet: each poke runs in a worker (use ``mode="reschedule"`` to free the
-    worker slot between pokes). One poke costs one indexed count in PostgreSQL and, only
-    when there is backlog, one stats call to the router.
+    Deferrable by default: it checks once in the worker (which also creates the store's
+    table on a first deployment) and, if it has to wait, waits in the triggerer
+    (:class:`BackpressureTrigger`), woken within milliseconds by an enqueue's notification
+    and re-reading the quotas every ``poke_interval``. ``deferrable=False`` pokes from a
+    worker instead (``mode="reschedule"`` frees the slot between pokes). A check costs one
+    indexed count in PostgreSQL and, only when there is backlog, one stats call to the router.
 
     :param router_conn_id: the router's ``llm_router`` connection.
     :param postgres_conn_id: the PostgreSQL connection of the task store.
@@ -32,6 +38,7 @@ class BackpressureSensor(BaseSensorOperator):
     :param max_solvers: the most solvers to advise.
     :param input_tokens_per_call: input tokens assumed per call for a model with no
         request in its current window (before the first calls of a drain).
+    :param deferrable: wait in the triggerer (default) rather than in a worker.
     """
 
     template_fields: Sequence[str] = ("store_schema", "store_table", "per_solver_in_flight",
@@ -47,9 +54,11 @@ class BackpressureSensor(BaseSensorOperator):
         per_solver_in_flight: int = 100,
         max_solvers: int = 16,
         input_tokens_per_call: int = 0,
+        deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.deferrable = deferrable
         self.router_conn_id = router_conn_id
         self.postgres_conn_id = postgres_conn_id
         self.store_schema = store_schema
@@ -57,6 +66,38 @@ class BackpressureSensor(BaseSensorOperator):
         self.per_solver_in_flight = per_solver_in_flight
         self.max_solvers = max_solvers
         self.input_tokens_per_call = input_tokens_per_call
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
+        self.defer(
+            trigger=BackpressureTrigger(
+                router_conn_id=self.router_conn_id,
+                postgres_conn_id=self.postgres_conn_id,
+                schema=self.store_schema,
+                table=self.store_table,
+                per_solver_in_flight=int(self.per_solver_in_flight),
+                max_solvers=int(self.max_solvers),
+                input_tokens_per_call=int(self.input_tokens_per_call),
+                poll_interval_s=float(self.poke_interval),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Resumed by the trigger's event: the advice, or the error that stopped the wait."""
+        if event.get("status") != "ready":
+            raise AirflowException(f"waiting for backlog and capacity failed: "
+                                   f"{event.get('error', event)}")
+        advice = event["advice"]
+        self.log.info("backlog %d: %d solver(s) for %.1f calls in flight (backpressure %.2f)",
+                      event["backlog"], advice["solvers"], advice["in_flight_needed"],
+                      advice["backpressure"])
+        return advice
 
     def poke(self, context: Any) -> PokeReturnValue:
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,

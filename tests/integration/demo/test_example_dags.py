@@ -29,7 +29,13 @@ def test_drain_maps_the_solver_over_planned_settings(bag) -> None:
     from airflow_llm_router.operators.solve import SolveTaskOperator
 
     dag = bag.dags["llm_router_drain"]
-    assert type(dag.timetable).__name__ == "NullTimetable"  # triggered, no schedule
+    # started by arrivals: scheduled on the backlog asset, watched by the arrival trigger
+    assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"
+    (asset,) = dag.timetable.asset_condition.objects  # type: ignore[attr-defined]
+    (watcher,) = asset.watchers
+    assert type(watcher.trigger).__name__ == "BacklogArrivalTrigger"
+    assert watcher.trigger.schema == dag.params["store_schema"] and dag.max_active_runs == 1
+    assert dag.get_task("advise").deferrable  # waits in the triggerer
     assert {"fan_out", "chunk_size", "max_in_flight", "time_budget_s"} <= set(dag.params)
     assert dag.params["fan_out"] == 0  # 0: as many solvers as the router advises
     assert dag.get_task("plan").upstream_task_ids == {"advise"}
