@@ -49,6 +49,30 @@ def get_provider_info() -> dict[str, Any]:
                                    "airflow_llm_router.triggers.backlog"],
             }
         ],
+        "plugins": [
+            {
+                "name": "llm_router",
+                "plugin-class": "airflow_llm_router.plugins.llm_router.LLMRouterPlugin",
+            }
+        ],
+        "config": {
+            "llm_router": {
+                "description": "Where the LLM router's quota store and router live.",
+                "options": {
+                    "router_conn_id": _option("The llm_router connection (Redis).",
+                                              "llm_router_default"),
+                    "postgres_conn_id": _option("The PostgreSQL connection of the quota "
+                                                "store.", "postgres_default"),
+                    "quota_schema": _option("Schema of the quota and audit tables.",
+                                            "llm_router"),
+                    "quota_table": _option("Name of the quota table (the audit table "
+                                           "adds _audit).", "quotas"),
+                    "restore_quotas": _option("Router clients restore the quotas from the "
+                                              "quota store when Redis has lost them.",
+                                              "True", "boolean"),
+                },
+            }
+        },
         "connection-types": [
             {
                 "hook-class-name": "airflow_llm_router.hooks.router.RouterHook",
@@ -60,3 +84,8 @@ def get_provider_info() -> dict[str, Any]:
             },
         ],
     }
+
+
+def _option(description: str, default: str, kind: str = "string") -> dict[str, Any]:
+    return {"description": description, "version_added": "0.1.0", "type": kind,
+            "example": None, "default": default}

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from airflow_llm_router.exceptions import QuotaValidationError
 
-__all__ = ["MODEL_NAME_RE", "ModelQuota", "validate_model_name"]
+__all__ = ["MODEL_NAME_RE", "ModelQuota", "field_hint", "validate_model_name"]
 
 #: Model names become part of Redis keys and lease ids: no braces (hash tags), no '#'
 #: (lease ids), no '|' (counters), no spaces.
@@ -121,14 +121,18 @@ def _describe(err: ValidationError) -> str:
     for e in err.errors():
         loc = e["loc"]
         field = ".".join(str(p) for p in loc) or "quota"
-        if e["type"] == "extra_forbidden":
-            hint = f"remove it; known fields are {', '.join(ModelQuota.model_fields)}"
-        elif loc and loc[0] in _FIXES:
-            hint = f"expected {_FIXES[str(loc[0])]}"
-        else:
-            hint = ""
+        hint = field_hint(str(loc[0]) if loc else "", e["type"])
         parts.append(f"{field}: {e['msg']}" + (f" ({hint})" if hint else ""))
     return "invalid quota: " + "; ".join(parts)
+
+
+def field_hint(field: str, error_type: str) -> str:
+    """How to fix a validation error of quota field ``field`` ("" if nothing to add)."""
+    if error_type == "extra_forbidden":
+        return f"remove it; known fields are {', '.join(ModelQuota.model_fields)}"
+    if field in _FIXES:
+        return f"expected {_FIXES[field]}"
+    return ""
 
 
 def validate_model_name(model: str) -> str:

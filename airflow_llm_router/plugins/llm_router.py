@@ -1,0 +1,19 @@
+"""The Airflow plugin of airflow-llm-router: registers the quota UI, nothing else.
+
+Loaded through the ``airflow.plugins`` entry point. The API server mounts the app under
+``/llm-router``; the UI lists "LLM Quotas" in its Admin menu and shows the page in an
+iframe at ``/plugin/llm-quotas``.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from airflow_llm_router.plugins.quota_ui import URL_PREFIX, create_app
+
+
+class LLMRouterPlugin(AirflowPlugin):
+    name = "llm_router"
+    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "LLM Router"}]
+    external_views = [{"name": "LLM Quotas", "href": f"{URL_PREFIX}/ui", "destination": "nav",
+                       "category": "admin", "url_route": "llm-quotas"}]

@@ -1,0 +1,160 @@
+"""The JSON API: quotas with live usage, changes, stats, advice and the audit log."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
+
+from airflow_llm_router import metrics
+from airflow_llm_router.engine.quota import MODEL_NAME_RE, ModelQuota
+from airflow_llm_router.engine.stats import ModelStats, RouterStats
+from airflow_llm_router.plugins.quota_ui.auth import Editor, Reader
+from airflow_llm_router.plugins.quota_ui.schemas import (
+    AuditView,
+    ChangeView,
+    QuotaList,
+    QuotaPatch,
+    QuotaView,
+    Usage,
+)
+from airflow_llm_router.plugins.quota_ui.service import QuotaService, ServiceUnavailable
+from airflow_llm_router.quotas.errors import QuotaNotFoundError, QuotaStoreError
+from airflow_llm_router.quotas.store import QuotaChange, QuotaRecord
+
+router = APIRouter(prefix="/api", tags=["LLM quotas"])
+
+ModelName = Annotated[str, Path(pattern=MODEL_NAME_RE.pattern, description=(
+    "1-128 letters, digits or '. _ : / @ + -', starting with a letter or digit"))]
+
+
+def service(request: Request) -> QuotaService:
+    try:
+        return request.app.state.service.get()
+    except ServiceUnavailable as err:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
+
+
+Service = Annotated[QuotaService, Depends(service)]
+
+
+def _pct(used: int, limit: int) -> float:
+    return round(100.0 * used / limit, 1)
+
+
+def _usage(m: ModelStats | None, quota: ModelQuota) -> Usage | None:
+    if m is None:
+        return None
+    return Usage(requests=m.requests, tokens=m.tokens, in_flight=m.in_flight,
+                 rpm_pct=_pct(m.requests, quota.rpm), tpm_pct=_pct(m.tokens, quota.tpm),
+                 concurrency_pct=_pct(m.in_flight, quota.max_concurrency),
+                 cooldown_ms=m.cooldown_ms, breaker=m.breaker)
+
+
+def _view(record: QuotaRecord, stats: RouterStats) -> QuotaView:
+    live = stats.models.get(record.model)
+    return QuotaView(model=record.model, quota=record.quota,
+                     updated_at=record.updated_at.isoformat(), updated_by=record.updated_by,
+                     applied=live is not None and live.quota == record.quota,
+                     usage=_usage(live, record.quota))
+
+
+def _stats(svc: QuotaService) -> RouterStats:
+    try:
+        stats = svc.router.stats()
+    except Exception as err:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                            f"cannot read the router's stats from Redis: {err}") from err
+    metrics.usage(stats)
+    return stats
+
+
+def _store_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except QuotaNotFoundError as err:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from err
+    except QuotaStoreError as err:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
+
+
+def _change(change: QuotaChange) -> ChangeView:
+    return ChangeView(model=change.model, action=change.action, old=change.old,
+                      new=change.new, audit_id=change.audit_id)
+
+
+@router.get("/quotas", summary="Every stored quota with its live usage")
+def list_quotas(_: Reader, svc: Service) -> QuotaList:
+    records = _store_call(svc.store.records)
+    stats = _stats(svc)
+    return QuotaList(models=[_view(r, stats) for r in records], waiting=stats.waiting,
+                     now_ms=stats.now_ms)
+
+
+@router.get("/quotas/{model:path}", summary="One model's quota with its live usage",
+            responses={404: {"description": "no quota for this model"}})
+def get_quota(model: ModelName, _: Reader, svc: Service) -> QuotaView:
+    record = _store_call(svc.store.get, model)
+    if record is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"model {model!r} has no quota")
+    return _view(record, _stats(svc))
+
+
+@router.put("/quotas/{model:path}", summary="Create or replace a model's quota",
+            responses={201: {"description": "created"}, 422: {"description": "invalid"}})
+def put_quota(model: ModelName, quota: ModelQuota, user: Editor, svc: Service,
+              response: Response) -> ChangeView:
+    change = _store_call(svc.store.put, model, quota, actor=user.get_name(), source="api")
+    if change.action == "create":
+        response.status_code = status.HTTP_201_CREATED
+    return _change(change)
+
+
+@router.patch("/quotas/{model:path}", summary="Change some fields of a model's quota",
+              responses={404: {"description": "no quota for this model"}})
+def patch_quota(model: ModelName, patch: QuotaPatch, user: Editor,  # type: ignore[valid-type]
+                svc: Service) -> ChangeView:
+    fields = patch.model_dump(exclude_unset=True)  # type: ignore[attr-defined]
+    return _change(_store_call(svc.store.patch, model, fields, actor=user.get_name(),
+                               source="api"))
+
+
+@router.delete("/quotas/{model:path}", summary="Delete a model's quota (it admits nothing)",
+               responses={404: {"description": "no quota for this model"}})
+def delete_quota(model: ModelName, user: Editor, svc: Service) -> ChangeView:
+    return _change(_store_call(svc.store.delete, model, actor=user.get_name(), source="api"))
+
+
+@router.get("/stats", summary="Per model: window usage against target, in flight against "
+            "cap, cooldown, breaker, counters and recent 429s and errors")
+def stats(_: Reader, svc: Service) -> dict[str, Any]:
+    current = _stats(svc)
+    doc = current.to_dict()
+    recent = svc.history.recent(current)
+    for name, model in doc["models"].items():
+        quota = current.models[name].quota
+        model["targets"] = None if quota is None else {
+            "rpm": quota.rpm, "tpm": quota.tpm, "max_concurrency": quota.max_concurrency}
+        model["recent"] = recent[name]
+    return doc
+
+
+@router.get("/advice", summary="How many solvers saturate the quotas (Little's law)")
+def advice(_: Reader, svc: Service,
+           backlog: Annotated[int, Query(ge=0, description="tasks waiting")] = 0,
+           per_solver_in_flight: Annotated[int, Query(ge=1)] = 100,
+           max_solvers: Annotated[int, Query(ge=1)] = 16) -> dict[str, Any]:
+    try:
+        result = svc.router.advice(backlog, per_solver_in_flight, max_solvers)
+    except Exception as err:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                            f"cannot read the router's stats from Redis: {err}") from err
+    return result.to_dict()
+
+
+@router.get("/audit", summary="Recent quota changes, newest first")
+def audit(_: Reader, svc: Service,
+          model: Annotated[str | None, Query(pattern=MODEL_NAME_RE.pattern)] = None,
+          limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> list[AuditView]:
+    entries = _store_call(svc.store.audit, model, limit)
+    return [AuditView(**e.to_dict()) for e in entries]

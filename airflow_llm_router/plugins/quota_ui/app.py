@@ -1,0 +1,63 @@
+"""The quota UI's FastAPI app, mounted by the Airflow API server under ``/llm-router``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from airflow_llm_router import __version__
+from airflow_llm_router.engine.quota import field_hint
+from airflow_llm_router.plugins.quota_ui import api, page
+from airflow_llm_router.plugins.quota_ui.auth import Reader
+from airflow_llm_router.plugins.quota_ui.service import LazyService, QuotaService
+
+URL_PREFIX = "/llm-router"
+
+_MODEL_RULE = "use 1-128 letters, digits or '. _ : / @ + -', starting with a letter or digit"
+
+
+def _invalid(_: Request, exc: Exception) -> JSONResponse:
+    """422 naming each bad field (``field``) and how to fix it (in ``msg``)."""
+    assert isinstance(exc, RequestValidationError)
+    detail = []
+    for error in exc.errors():
+        loc = [str(p) for p in error["loc"]]
+        name = ".".join(loc[1:]) or loc[0]
+        hint = _MODEL_RULE if loc[:2] == ["path", "model"] else field_hint(name, error["type"])
+        detail.append({"loc": loc, "field": name, "type": error["type"],
+                       "msg": error["msg"] + (f" ({hint})" if hint else "")})
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def create_app(service_factory: Callable[[], QuotaService] | None = None) -> FastAPI:
+    """The app: the JSON API under ``/api``, the page under ``/ui``, the OpenAPI document
+    and its viewer (both authenticated, like everything else) under ``/openapi.json`` and
+    ``/docs``.
+
+    :param service_factory: builds the router client and quota store on first use;
+        defaults to the ``[llm_router]`` Airflow config and its connections.
+    """
+    app = FastAPI(title="LLM Router quotas", version=__version__, docs_url=None,
+                  redoc_url=None, openapi_url=None,
+                  description="Per-model LLM quotas of airflow-llm-router: live usage, "
+                  "validated and audited changes, stats and advice.")
+    app.state.service = LazyService(service_factory or QuotaService.from_airflow)
+    app.include_router(api.router)
+    app.include_router(page.router)
+    app.add_exception_handler(RequestValidationError, _invalid)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi(_: Reader) -> dict[str, Any]:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request, _: Reader) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=app.title)
+
+    return app

@@ -1,0 +1,240 @@
+// The LLM Quotas page: polls the API, draws usage bars, saves inline edits as PATCHes.
+// Same-origin requests only; the session cookie authenticates, and writes carry the header
+// the API requires against cross-site requests.
+"use strict";
+
+const REFRESH_MS = Number(document.body.dataset.refreshMs) || 3000;
+const CSRF_HEADER = document.body.dataset.csrfHeader;
+const FIELDS = [
+  { name: "enabled", kind: "bool" },
+  { name: "rpm", kind: "int", min: 1 },
+  { name: "tpm", kind: "int", min: 1 },
+  { name: "max_concurrency", kind: "int", min: 1 },
+  { name: "weight", kind: "float", min: 0, step: "any" },
+];
+const rows = new Map(); // model -> {tr, inputs, errors, bars, message, quota}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key in node && typeof value !== "string") node[key] = value;
+    else node.setAttribute(key, value);
+  }
+  node.append(...children);
+  return node;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch("api/" + path, {
+    credentials: "same-origin",
+    ...options,
+    headers: { Accept: "application/json", ...(options.headers || {}) },
+  });
+  const body = await response.json().catch(() => ({}));
+  return { ok: response.ok, status: response.status, body };
+}
+
+function setStatus(text, isError = false) {
+  const status = document.getElementById("status");
+  status.textContent = text;
+  status.classList.toggle("error", isError);
+}
+
+function bar(label) {
+  const fill = el("div", { class: "fill" });
+  const value = el("span", { class: "value" });
+  const node = el("div", { class: "bar" }, el("span", { class: "label" }, label),
+    el("div", { class: "track" }, fill), value);
+  return { node, fill, value };
+}
+
+function showBar(b, used, limit, pct) {
+  const p = Math.max(0, Math.min(100, pct ?? 0));
+  b.fill.style.width = p + "%";
+  b.fill.classList.toggle("high", p >= 80 && p < 100);
+  b.fill.classList.toggle("full", p >= 100);
+  b.value.textContent = `${used.toLocaleString()} / ${limit.toLocaleString()}`;
+}
+
+function readInput(field, input) {
+  if (field.kind === "bool") return input.checked;
+  const text = input.value.trim();
+  if (text === "") return text; // the API names the field and the rule
+  const value = Number(text);
+  return Number.isNaN(value) ? text : value;
+}
+
+function isDirty(row) {
+  return FIELDS.some((f) => readInput(f, row.inputs[f.name]) !== row.quota[f.name]);
+}
+
+function refreshDirty(row) {
+  const dirty = isDirty(row);
+  row.save.disabled = !dirty;
+  for (const f of FIELDS) {
+    row.inputs[f.name].classList.toggle(
+      "dirty", readInput(f, row.inputs[f.name]) !== row.quota[f.name]);
+  }
+  return dirty;
+}
+
+function createRow(model) {
+  const inputs = {}, errors = {};
+  const cells = FIELDS.map((f) => {
+    const input = f.kind === "bool"
+      ? el("input", { type: "checkbox", name: f.name, "aria-label": `${model} ${f.name}` })
+      : el("input", { type: "number", name: f.name, min: String(f.min), step: f.step || "1",
+                      "aria-label": `${model} ${f.name}` });
+    const error = el("div", { class: "field-error", "data-field": f.name });
+    inputs[f.name] = input;
+    errors[f.name] = error;
+    return el("td", {}, input, error);
+  });
+  const bars = { rpm: bar("requests"), tpm: bar("tokens"), conc: bar("in flight") };
+  const save = el("button", { class: "save", type: "button", disabled: true }, "Save");
+  const message = el("div", { class: "row-message", role: "status" });
+  const name = el("td", { class: "model" }, model, el("small"));
+  const tr = el("tr", { "data-model": model }, name, ...cells,
+    el("td", {}, bars.rpm.node, bars.tpm.node, bars.conc.node), el("td", {}, save, message));
+  const row = { tr, inputs, errors, bars, save, message, name, quota: null };
+  for (const input of Object.values(inputs)) {
+    input.addEventListener("input", () => refreshDirty(row));
+    input.addEventListener("keydown", (e) => { if (e.key === "Enter") saveRow(model); });
+  }
+  save.addEventListener("click", () => saveRow(model));
+  rows.set(model, row);
+  return row;
+}
+
+function renderRow(view) {
+  const row = rows.get(view.model) || createRow(view.model);
+  const dirty = row.quota !== null && isDirty(row);
+  row.quota = view.quota;
+  if (!dirty) { // never overwrite what someone is typing
+    for (const f of FIELDS) {
+      if (f.kind === "bool") row.inputs[f.name].checked = view.quota[f.name];
+      else row.inputs[f.name].value = view.quota[f.name];
+    }
+  }
+  refreshDirty(row);
+  const u = view.usage || { requests: 0, tokens: 0, in_flight: 0 };
+  showBar(row.bars.rpm, u.requests, view.quota.rpm, u.rpm_pct);
+  showBar(row.bars.tpm, u.tokens, view.quota.tpm, u.tpm_pct);
+  showBar(row.bars.conc, u.in_flight, view.quota.max_concurrency, u.concurrency_pct);
+  const small = row.name.querySelector("small");
+  small.textContent = `window ${view.quota.window_s} s`;
+  if (u.cooldown_ms > 0) small.append(el("span", { class: "badge bad" }, "cooldown"));
+  if (u.breaker && u.breaker !== "closed") {
+    small.append(el("span", { class: "badge bad" }, `breaker ${u.breaker}`));
+  }
+  if (!view.applied) small.append(el("span", { class: "badge" }, "not in router yet"));
+  return row;
+}
+
+async function loadQuotas() {
+  const { ok, status, body } = await api("quotas");
+  if (!ok) {
+    setStatus(`Could not load quotas (${status}): ${detailText(body)}`, true);
+    return;
+  }
+  const tbody = document.querySelector("#quotas tbody");
+  const seen = new Set();
+  for (const view of body.models) {
+    const row = renderRow(view);
+    seen.add(view.model);
+    if (row.tr.parentNode !== tbody) tbody.append(row.tr);
+  }
+  for (const [model, row] of rows) {
+    if (!seen.has(model)) { row.tr.remove(); rows.delete(model); }
+  }
+  document.getElementById("no-models").hidden = body.models.length > 0;
+  setStatus(`${body.models.length} model(s), ${body.waiting} request(s) waiting · updated `
+            + new Date().toLocaleTimeString());
+}
+
+function detailText(body) {
+  if (typeof body.detail === "string") return body.detail;
+  if (Array.isArray(body.detail)) return body.detail.map((d) => `${d.field}: ${d.msg}`).join("; ");
+  return "unexpected answer";
+}
+
+async function saveRow(model) {
+  const row = rows.get(model);
+  const patch = {};
+  for (const f of FIELDS) {
+    const value = readInput(f, row.inputs[f.name]);
+    if (value !== row.quota[f.name]) patch[f.name] = value;
+  }
+  for (const f of FIELDS) {
+    row.errors[f.name].textContent = "";
+    row.inputs[f.name].removeAttribute("aria-invalid");
+  }
+  row.message.textContent = "";
+  row.message.className = "row-message";
+  if (Object.keys(patch).length === 0) return;
+  row.save.disabled = true;
+  const { ok, status, body } = await api("quotas/" + encodeURIComponent(model), {
+    method: "PATCH",
+    headers: { "Content-Type": "application/json", [CSRF_HEADER]: "XMLHttpRequest" },
+    body: JSON.stringify(patch),
+  });
+  if (ok) {
+    row.quota = body.new;
+    row.message.textContent = "Saved";
+    row.message.classList.add("ok");
+    refreshDirty(row);
+    await Promise.all([loadQuotas(), loadAudit()]);
+    return;
+  }
+  if (status === 422 && Array.isArray(body.detail)) {
+    for (const d of body.detail) {
+      const target = row.errors[d.field];
+      if (target) {
+        target.textContent = d.msg;
+        row.inputs[d.field].setAttribute("aria-invalid", "true");
+      } else {
+        row.message.textContent = `${d.field}: ${d.msg}`;
+      }
+    }
+  } else {
+    row.message.textContent = `Not saved (${status}): ${detailText(body)}`;
+  }
+  row.message.classList.add("error");
+  refreshDirty(row);
+}
+
+function describeChange(entry) {
+  if (!entry.old) return "created";
+  if (!entry.new) return "deleted";
+  const parts = [];
+  for (const key of Object.keys(entry.new)) {
+    if (JSON.stringify(entry.old[key]) !== JSON.stringify(entry.new[key])) {
+      parts.push(`${key}: ${entry.old[key]} → ${entry.new[key]}`);
+    }
+  }
+  return parts.join(", ") || "no change";
+}
+
+async function loadAudit() {
+  const { ok, body } = await api("audit?limit=20");
+  if (!ok) return;
+  const tbody = document.querySelector("#audit tbody");
+  tbody.replaceChildren(...body.map((e) => el("tr", { "data-audit-id": String(e.id) },
+    el("td", {}, new Date(e.at).toLocaleString()), el("td", {}, e.actor),
+    el("td", {}, e.action), el("td", {}, e.model),
+    el("td", { class: "change" }, describeChange(e)), el("td", {}, e.source))));
+}
+
+async function tick() {
+  try {
+    await loadQuotas();
+  } catch (err) {
+    setStatus(`Could not reach the API: ${err}`, true);
+  }
+  setTimeout(tick, REFRESH_MS);
+}
+
+tick();
+loadAudit();
+setInterval(loadAudit, REFRESH_MS * 5);
