@@ -8,7 +8,8 @@ backend saw per model against its limits and the capacity bound. See ``docs/demo
 The modules are usable on their own (the benchmark reuses them): ``services`` (embedded
 servers), ``seed`` (the backlog), ``quotas`` (router quotas from a simulator profile),
 ``bound`` (the capacity bound), ``summary`` (the report), ``progress`` (progress lines),
-``airflow_env`` (connections, metadata DB, one DAG run).
+``airflow_env`` (connections, metadata DB, one DAG run), ``stack`` (the real scheduler,
+triggerer, DAG processor and API server as one process group).
 """
 
 from __future__ import annotations

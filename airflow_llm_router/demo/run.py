@@ -63,7 +63,7 @@ def say(message: str) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM unwinds like Ctrl-C, so the services are stopped either way."""
 
     def handler(signum: int, frame: Any) -> None:
@@ -97,13 +97,13 @@ def _services(stack: ExitStack, opts: DemoOptions) -> tuple[str, str]:
 def _router(stack: ExitStack, redis_url: str, namespace: str, profile: SimulatorProfile) -> Any:
     client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
     stack.callback(client.close)
-    stack.callback(_drop_namespace, client, namespace)
+    stack.callback(drop_namespace, client, namespace)
     for model, quota in router_quotas(profile).items():
         client.set_quota(model, quota)
     return client
 
 
-def _drop_namespace(client: RouterClient, namespace: str) -> None:
+def drop_namespace(client: RouterClient, namespace: str) -> None:
     with contextlib.suppress(Exception):  # best effort on the way out
         keys = list(client.redis.scan_iter(match=f"llmr:{{{namespace}}}:*", count=1000))
         if keys:
@@ -216,7 +216,7 @@ def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[
 
 def run(opts: DemoOptions) -> int:
     """Run the demo; 0 if every task ended solved or dead-lettered, 1 otherwise."""
-    with _sigterm_as_interrupt(), ExitStack() as stack:
+    with sigterm_as_interrupt(), ExitStack() as stack:
         env = _prepare(stack, opts)
         state, dag_seconds, reset_at = _run_dag(stack, opts, env)
         say(f"DAG run finished: {state} in {dag_seconds:.1f} s\n")

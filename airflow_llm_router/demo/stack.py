@@ -1,5 +1,6 @@
 """Run the real Airflow components (scheduler, triggerer, DAG processor, API server) as one
-process group, talk to them, and stop them.
+process group, talk to them, and stop them. Used by the smoke test (``tests/smoke``) and the
+end-to-end benchmark (``bench/e2e``), which need Airflow's real scheduling, not ``dag.test()``.
 
 Everything here is bounded: every wait has a deadline and polls a condition; nothing sleeps
 blindly. Facts it relies on (Airflow 3.3): components start further ``airflow`` processes, so

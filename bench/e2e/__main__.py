@@ -1,0 +1,95 @@
+"""``python -m bench.e2e``: the as-is design against the router and the capacity bound.
+
+Runs each workload through each design on its own fresh stack (see ``bench/e2e/services.py``),
+one after another, saves each run's raw record under ``bench/results/<stamp>/``, then
+analyses them: ``metrics.json``, a traffic plot per run, a summary, and (with ``--docs``)
+the benchmark's own section of ``docs/benchmarks.md`` and ``docs/bottlenecks.md``.
+``--analyse DIR`` re-analyses saved runs without running anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from airflow_llm_router.demo.run import sigterm_as_interrupt
+from bench.e2e.run import DESIGNS, RunOptions, run_one
+from bench.e2e.workloads import WORKLOADS, build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=list(DESIGNS))
+    p.add_argument("--time-scale", type=float, default=3.0,
+                   help="simulator speed-up (window = 60 s / scale); default 3")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--as-is-deadline-min", type=float, default=6.0,
+                   help="wall-clock minutes after which an as-is run is cut short")
+    p.add_argument("--router-deadline-min", type=float, default=10.0)
+    p.add_argument("--parallelism", type=int, default=32, help="Airflow core parallelism")
+    p.add_argument("--redis-url", default=os.environ.get("LLMR_TEST_REDIS_URL",
+                                                         "redis://127.0.0.1:6379/0"))
+    p.add_argument("--postgres-dsn", default=os.environ.get(
+        "LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--docs", action="store_true",
+                   help="rewrite this benchmark's section of docs/benchmarks.md, "
+                        "docs/bottlenecks.md and the plots in docs/img/")
+    p.add_argument("--analyse", type=Path, metavar="DIR",
+                   help="only analyse the raw runs saved in DIR")
+    return p.parse_args(argv)
+
+
+def run_all(args: argparse.Namespace, out: Path) -> None:
+    from airflow_llm_router.simulator import SimulatorProfile
+
+    models = [m.name for m in SimulatorProfile.default().models]
+    opts = RunOptions(time_scale=args.time_scale, seed=args.seed,
+                      deadline_s={"as-is": args.as_is_deadline_min * 60,
+                                  "router": args.router_deadline_min * 60},
+                      redis_url=args.redis_url, postgres_dsn=args.postgres_dsn,
+                      parallelism=args.parallelism)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text(_command() + "\n")
+    for name in args.workloads:
+        workload = build(name, args.seed, models)
+        for design in args.designs:
+            print(f"\n=== {name} ({workload.description}) / {design} ===", flush=True)
+            raw = run_one(workload, design, opts)
+            raw["load_average"] = os.getloadavg()
+            path = out / f"{name}-{design}.raw.json"
+            path.write_text(json.dumps(raw, separators=(",", ":")))
+            print(f"saved {path}", flush=True)
+
+
+def _command() -> str:
+    return "python -m bench.e2e " + shlex.join(sys.argv[1:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    from bench.e2e.analyse import analyse_dir
+
+    out = args.analyse or args.out / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    try:
+        with sigterm_as_interrupt():
+            if args.analyse is None:
+                run_all(args, out)
+            analyse_dir(out, docs=args.docs)
+    except KeyboardInterrupt:
+        print("\ninterrupted; every stack was stopped", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

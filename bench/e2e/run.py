@@ -1,0 +1,223 @@
+"""One benchmark run: a workload through one design on a fresh stack, watched to the end
+or to its deadline, and everything measurable collected into one JSON-ready dict.
+
+The run is driven by polling (every ``POLL_S``), never by guessed sleeps: the first call at
+the backend starts the workload's clock, scheduled events (W3's quota change, W4's
+arrivals) fire when their time has come, a finished DAG run with work left is followed by a
+new run at once (the DAG "restarts"), and the run ends when every task is solved or
+dead-lettered and nothing more is due, or at the deadline.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from airflow_llm_router.demo.bound import capacities
+from airflow_llm_router.demo.quotas import router_quotas
+from airflow_llm_router.demo.seed import seed_store
+from airflow_llm_router.demo.stack import PgServer
+from airflow_llm_router.simulator import SimulatorProfile
+from bench.e2e import collect
+from bench.e2e.services import Services, start_services
+from bench.e2e.workloads import Workload
+
+__all__ = ["DESIGNS", "RunOptions", "run_one"]
+
+#: design -> DAG id
+DESIGNS = {"as-is": "as_is_baseline", "router": "llm_router_drain"}
+POLL_S = 0.25
+PROGRESS_EVERY_S = 5.0
+#: After the last task is done, how long to wait for the DAG run to record its end.
+SETTLE_S = 60.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    time_scale: float
+    seed: int
+    deadline_s: dict[str, float]  # per design, from the first trigger
+    redis_url: str
+    postgres_dsn: str
+    parallelism: int = 32
+    keep_home: Path | None = None
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _conf(design: str, schema: str, profile: SimulatorProfile) -> dict[str, Any]:
+    if design == "as-is":  # its 30-minute worker kill, at the run's time scale
+        return {"store_schema": schema, "worker_timeout_s": 1800.0 / profile.time_scale,
+                "models": [m.name for m in profile.models]}
+    return {"store_schema": schema}
+
+
+def busiest_model(profile: SimulatorProfile, workload: Workload) -> str:
+    """The model with the largest sustainable rate R_m for this workload's prompts."""
+    cap = capacities(profile, [t.prompt for t in workload.tasks])
+    return max(cap.values(), key=lambda c: c.rate).model
+
+
+def _scaled(limits: dict[str, int | None], factor: float) -> dict[str, int | None]:
+    return {k: (None if v is None else max(1, int(v * factor))) for k, v in limits.items()}
+
+
+class Watch:
+    """The run's clock, its DAG runs and its scheduled events."""
+
+    def __init__(self, svc: Services, workload: Workload, design: str, reset_epoch: float,
+                 deadline_s: float) -> None:
+        self.svc, self.workload, self.design = svc, workload, design
+        self.dag_id = DESIGNS[design]
+        self.reset_epoch = reset_epoch
+        self.deadline = time.monotonic() + deadline_s
+        self.http = httpx.Client(base_url=svc.sim.url, timeout=10)
+        self.first_call: float | None = None  # seconds after the reset, as first seen
+        self.pending_arrivals = sorted(workload.arrivals, key=lambda a: a.at_windows)
+        self.change_done = workload.quota_change is None
+        self.events: list[dict[str, Any]] = []
+        self.runs: list[str] = []
+        self.last_progress = 0.0
+
+    def now(self) -> float:
+        """Seconds since the simulator's stats reset (the timeline's clock)."""
+        return time.time() - self.reset_epoch
+
+    def trigger(self) -> None:
+        run_id = f"bench_{len(self.runs) + 1}_{uuid.uuid4().hex[:6]}"
+        response = self.svc.stack.api(
+            "POST", f"/dags/{self.dag_id}/dagRuns",
+            json={"dag_run_id": run_id, "logical_date": None,
+                  "conf": _conf(self.design, self.svc.schema, self.svc.profile)})
+        response.raise_for_status()
+        self.runs.append(run_id)
+        self.events.append({"at": self.now(), "event": "trigger", "run_id": run_id})
+        say(f"[{self.now():7.1f} s] triggered {self.dag_id} run {len(self.runs)}")
+
+    def run_state(self) -> str:
+        doc = self.svc.stack.api("GET", f"/dags/{self.dag_id}/dagRuns/{self.runs[-1]}").json()
+        return str(doc.get("state"))
+
+    def _window_s(self) -> float:
+        return self.svc.profile.scaled_window_s
+
+    def fire_events(self, stats: dict[str, Any]) -> None:
+        if self.first_call is None:
+            if stats["totals"]["requests"] == 0:
+                return
+            self.first_call = self.now()
+            self.events.append({"at": self.first_call, "event": "first_call_seen"})
+        elapsed_w = (self.now() - self.first_call) / self._window_s()
+        while self.pending_arrivals and self.pending_arrivals[0].at_windows <= elapsed_w:
+            arrival = self.pending_arrivals.pop(0)
+            seed_store(self.svc.store, arrival.tasks)
+            self.events.append({"at": self.now(), "event": "arrival",
+                                "tasks": len(arrival.tasks)})
+        change = self.workload.quota_change
+        if not self.change_done and change is not None and change.at_windows <= elapsed_w:
+            self.change_quota(change.factor)
+
+    def change_quota(self, factor: float) -> None:
+        """Lower the busiest model's limits at the provider and its target in the router."""
+        model = busiest_model(self.svc.profile, self.workload)
+        before = self.http.get("/limits").json()[model]
+        provider = _scaled(before, factor)
+        self.http.put(f"/limits/{model}", json=provider).raise_for_status()
+        quota = router_quotas(self.svc.profile)[model]
+        quota.update({k: v for k, v in provider.items() if v is not None})
+        self.svc.router.set_quota(model, quota)
+        self.change_done = True
+        self.events.append({"at": self.now(), "event": "quota_change", "model": model,
+                            "limits": provider, "before": before})
+        say(f"[{self.now():7.1f} s] {model}: limits lowered to {provider}")
+
+    def progress(self, counts: dict[str, int], stats: dict[str, Any], state: str) -> None:
+        if time.monotonic() - self.last_progress < PROGRESS_EVERY_S:
+            return
+        self.last_progress = time.monotonic()
+        in_flight = sum(m["in_flight"] for m in stats["models"].values())
+        say(f"[{self.now():7.1f} s] {self.workload.name}/{self.design} run {len(self.runs)} "
+            f"{state:8} | solved {counts['solved']}/{self.workload.size}  pending "
+            f"{counts['pending']}  claimed {counts['claimed']}  dead {counts['dead']} | "
+            f"backend: in flight {in_flight}, 429s {stats['totals']['rejected_429']}")
+
+    def loop(self) -> str:
+        """Poll until done or the deadline; returns ``done`` or ``deadline``."""
+        done_at: float | None = None
+        while True:
+            self.svc.stack.alive()
+            stats = self.http.get("/stats").json()
+            self.fire_events(stats)
+            counts = self.svc.store.counts()
+            state = self.run_state()
+            self.progress(counts, stats, state)
+            left = counts["pending"] + counts["claimed"]
+            finished = state in ("success", "failed")
+            if left == 0 and not self.pending_arrivals and self.change_done:
+                done_at = done_at or time.monotonic()
+                if finished or time.monotonic() - done_at > SETTLE_S:
+                    return "done"
+            if time.monotonic() >= self.deadline:
+                say(f"[{self.now():7.1f} s] deadline: {counts['solved']} of "
+                    f"{self.workload.size} solved")
+                return "deadline"
+            if finished and (left or self.pending_arrivals):
+                self.trigger()  # the DAG restarts while work is left
+            time.sleep(POLL_S)
+
+
+def _provenance() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {"commit": git("rev-parse", "--short", "HEAD"),
+            "uncommitted": git("status", "--short", "--", "airflow_llm_router",
+                               "example_dags").splitlines()}
+
+
+def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]:
+    """Run ``workload`` through ``design`` on a fresh stack; the raw record of the run."""
+    profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed)
+    dag_id = DESIGNS[design]
+    started = time.time()
+    with ExitStack() as stack:
+        svc = start_services(stack, profile=profile, redis_url=opts.redis_url,
+                             dsn=opts.postgres_dsn, dag_id=dag_id,
+                             parallelism=opts.parallelism, keep_home=opts.keep_home)
+        say(f"stack up in {time.time() - started:.1f} s (simulator {svc.sim.url}, "
+            f"window {profile.scaled_window_s:g} s)")
+        seed_store(svc.store, workload.initial)
+        svc.stack.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
+        with httpx.Client(base_url=svc.sim.url, timeout=10) as http:
+            http.post("/stats/reset").raise_for_status()
+        watch = Watch(svc, workload, design, time.time(), opts.deadline_s[design])
+        stack.callback(watch.http.close)
+        watch.trigger()
+        outcome = watch.loop()
+        ended = watch.now()
+        backend = collect.backend_records(svc.sim.url, profile)
+        rows = collect.store_rows(opts.postgres_dsn, svc.schema, profile)
+        meta_dsn = PgServer.from_dsn(opts.postgres_dsn).dsn(f"llmr_bench_{svc.suffix}")
+        airflow = collect.airflow_records(meta_dsn, dag_id)
+        report = svc.stack.stop()
+        say(f"stack stopped in {report.term_s:.1f} s"
+            + (f"; SIGKILLed {len(report.killed)}" if report.killed else ""))
+    return {
+        "workload": workload.name, "description": workload.description, "design": design,
+        "dag_id": dag_id, "time_scale": opts.time_scale, "seed": opts.seed,
+        "window_s": profile.scaled_window_s, "tasks": workload.size,
+        "outcome": outcome, "deadline_s": opts.deadline_s[design],
+        "started_epoch": started, "reset_epoch": watch.reset_epoch, "ended_s": ended,
+        "events": watch.events, "provenance": _provenance(),
+        "backend": backend, "rows": rows, "airflow": airflow,
+    }
