@@ -58,6 +58,6 @@ def read_quota_file(path: str | Path) -> dict[str, ModelQuota]:
     try:
         doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:
-        raise QuotaValidationError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: "
-                                   f"{err}") from err
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise QuotaValidationError(f"{path}: not valid {kind}: {err}") from err
     return parse_quota_document(doc, str(path))

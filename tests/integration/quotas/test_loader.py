@@ -1,0 +1,121 @@
+"""Loading quotas from a YAML/JSON file with the CLI, and the hook's restore source."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.engine.types import Admission, Wait
+from airflow_llm_router.exceptions import QuotaValidationError
+from airflow_llm_router.hooks.router import RouterHook
+from airflow_llm_router.quotas import QuotaStore, read_quota_file
+from airflow_llm_router.quotas.__main__ import main
+
+YAML = """\
+models:
+  gpt-small: {rpm: 600, tpm: 200000, max_concurrency: 32}
+  openai/gpt-4o:
+    rpm: 2
+    tpm: 90000
+    max_concurrency: 8
+    weight: 2
+    window_s: 30
+"""
+
+
+@pytest.fixture
+def connections(monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str,
+                pg_schema: str) -> None:
+    """The default connections and the ``[llm_router]`` quota schema, as Airflow reads them."""
+    monkeypatch.setenv("AIRFLOW_CONN_LLM_ROUTER_DEFAULT", json.dumps(
+        {"conn_type": "llm_router", "host": "127.0.0.1", "port": 6379,
+         "extra": {"namespace": namespace}}))
+    monkeypatch.setenv("AIRFLOW_CONN_POSTGRES_DEFAULT", pg_dsn)
+    monkeypatch.setenv("AIRFLOW__LLM_ROUTER__QUOTA_SCHEMA", pg_schema)
+
+
+def test_cli_loads_a_yaml_file(connections: None, tmp_path: Path, router: RouterClient,
+                               pg_dsn: str, pg_schema: str,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(YAML)
+    assert main(["load", str(path), "--actor", "deploy"]) == 0
+    assert "2 change(s)" in capsys.readouterr().out
+    assert router.get_quota("openai/gpt-4o") == ModelQuota(
+        rpm=2, tpm=90_000, max_concurrency=8, weight=2.0, window_s=30)
+    store = QuotaStore(pg_dsn, schema=pg_schema)
+    assert sorted(store.quotas()) == ["gpt-small", "openai/gpt-4o"]
+    assert {(a.actor, a.source, a.action) for a in store.audit()} == {
+        ("deploy", "file", "create")}
+    # loading the same file again changes nothing; --prune drops what the file lost
+    assert main(["load", str(path)]) == 0
+    assert len(store.audit()) == 2
+    path.write_text(json.dumps({"gpt-small": {"rpm": 5, "tpm": 100, "max_concurrency": 1}}))
+    json_path = path.rename(tmp_path / "quotas.json")
+    assert main(["load", str(json_path), "--prune"]) == 0
+    assert sorted(router.get_quotas()) == ["gpt-small"] == sorted(store.quotas())
+
+
+def test_cli_refuses_a_bad_file_whole(connections: None, tmp_path: Path, router: RouterClient,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(YAML + "  broken: {rpm: -1, tpm: 5, max_concurrency: 1, burst: 3}\n"
+                    "  'bad name': {rpm: 1, tpm: 1, max_concurrency: 1}\n")
+    assert main(["load", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing was loaded" in err
+    assert "broken: rpm: Input should be greater than 0" in err and "burst" in err
+    assert "'bad name' is not a valid model name" in err
+    assert router.get_quotas() == {}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("models: [1, 2]", "expected a mapping of model names"),
+    ("m: {rpm: '60', tpm: 1, max_concurrency: 1}", "m: rpm: Input should be a valid integer"),
+    ("m: {rpm: 60, tpm: 1, max_concurrency: 1, window_s: 0}", "m: window_s"),
+    ("m: [rpm]", "m: quota: expected a mapping"),
+    ("{unclosed", "not valid YAML"),
+])
+def test_read_quota_file_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(text)
+    with pytest.raises(QuotaValidationError, match=message.replace("[", r"\[")):
+        read_quota_file(path)
+
+
+def test_hook_clients_restore_from_the_quota_store(
+        connections: None, pg_dsn: str, pg_schema: str, router: RouterClient,
+        lose_redis: Callable[[], int]) -> None:
+    store = QuotaStore(pg_dsn, router, schema=pg_schema)
+    store.migrate()
+    store.put("m", {"rpm": 2, "tpm": 1000, "max_concurrency": 5, "window_s": 30}, actor="a")
+    lose_redis()
+    client = RouterHook().client
+    assert client.quota_source is not None
+    decisions = [client.admit(10) for _ in range(3)]
+    assert [type(d) for d in decisions] == [Admission, Admission, Wait]
+
+
+async def test_hook_async_clients_restore_too(
+        connections: None, pg_dsn: str, pg_schema: str, router: RouterClient,
+        lose_redis: Callable[[], int]) -> None:
+    store = QuotaStore(pg_dsn, router, schema=pg_schema)
+    store.migrate()
+    store.put("m", {"rpm": 1, "tpm": 1000, "max_concurrency": 5, "window_s": 30}, actor="a")
+    lose_redis()
+    client = await RouterHook().get_async_client()
+    try:
+        assert isinstance(await client.admit(10), Admission)
+        assert isinstance(await client.admit(10), Wait)
+    finally:
+        await client.aclose()
+
+
+def test_restore_can_be_turned_off(connections: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__LLM_ROUTER__RESTORE_QUOTAS", "False")
+    assert RouterHook().client.quota_source is None
