@@ -28,20 +28,25 @@ POSTGRES_DSN = os.environ.get(
 )
 
 
+def delete_namespace(namespace: str) -> int:
+    """Delete every Redis key of a router namespace (what a Redis restart without
+    persistence does to it); returns how many there were."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=f"llmr:{{{namespace}}}:*", count=1000))
+        return int(client.delete(*keys)) if keys else 0
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def namespace() -> Iterator[str]:
     """A fresh router namespace; its Redis keys are deleted after the test."""
-    import redis
-
     ns = f"test-{uuid.uuid4().hex[:12]}"
     yield ns
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        keys = list(client.scan_iter(match=f"llmr:{{{ns}}}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+    delete_namespace(ns)
 
 
 @pytest.fixture

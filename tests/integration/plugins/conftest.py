@@ -20,13 +20,12 @@ from dataclasses import dataclass
 import httpx
 import psycopg
 import pytest
-import redis
 from psycopg import sql
 
 from airflow_llm_router.demo.stack import AirflowStack, PgServer, wait_for
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
-from tests.conftest import POSTGRES_DSN, REDIS_URL
+from tests.conftest import POSTGRES_DSN, REDIS_URL, delete_namespace
 
 USERS = ("admin", "op", "viewer")
 STARTUP_TIMEOUT_S = 90.0
@@ -48,16 +47,6 @@ class ApiServerStack(AirflowStack):
         if self.proc is None or self.proc.poll() is not None:
             raise RuntimeError(f"the API server exited\n{self.read_logs()}")
         return True
-
-
-def delete_namespace(namespace: str) -> None:
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        keys = list(client.scan_iter(match=f"llmr:{{{namespace}}}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 @dataclass

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-import redis
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
+from tests.conftest import delete_namespace
 
 
 @pytest.fixture
@@ -27,16 +27,7 @@ def quota_store(pg_dsn: str, pg_schema: str, router: RouterClient) -> QuotaStore
 
 
 @pytest.fixture
-def lose_redis(namespace: str, redis_url: str) -> Callable[[], int]:
+def lose_redis(namespace: str) -> Callable[[], int]:
     """Delete every key of the namespace: what a Redis restart without persistence does to
     it (without flushing the other namespaces that share this Redis)."""
-
-    def lose() -> int:
-        client = redis.Redis.from_url(redis_url)
-        try:
-            keys = list(client.scan_iter(match=f"llmr:{{{namespace}}}:*", count=1000))
-            return int(client.delete(*keys)) if keys else 0
-        finally:
-            client.close()
-
-    return lose
+    return lambda: delete_namespace(namespace)
