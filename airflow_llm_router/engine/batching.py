@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 
 from airflow_llm_router import metrics
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine.client import RELEASE_HELPS, AsyncRouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
 
@@ -77,11 +77,12 @@ class BatchAdmitter:
         loop = asyncio.get_running_loop()
         releases = self._client.releases
         while self._pending:
-            seen = releases.generation
+            seen = releases.mark()
             batch = list(self._pending.values())
             decisions = await self._client.admit_many([p.request for p in batch])
             self.round_trips += 1
             soonest = float("inf")
+            on_release = False  # whether a release could end one of the waits
             expired: list[str] = []
             now = loop.time()
             for p, decision in zip(batch, decisions, strict=True):
@@ -99,9 +100,10 @@ class BatchAdmitter:
                     assert isinstance(decision, Wait)
                     metrics.waited(decision.reason)
                     soonest = min(soonest, decision.retry_after_ms / 1000, p.deadline - now)
+                    on_release = on_release or decision.reason in RELEASE_HELPS
             if expired:
                 await self._client.cancel(expired)
             # let the coroutines that were answered leave the queue before looking again
             await asyncio.sleep(0)
             if self._pending and soonest != float("inf"):
-                await releases.wait(seen, soonest)
+                await releases.wait(seen, soonest, releases=on_release)

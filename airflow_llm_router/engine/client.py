@@ -327,7 +327,7 @@ class AsyncRouterClient(_RouterAPI):
         deadline = loop.time() + timeout_s
         await self._releases.start()
         while True:
-            seen = self._releases.generation
+            seen = self._releases.mark()
             decision = _single((await self.admit_many([request]))[0])
             if isinstance(decision, Admission):
                 return decision
@@ -335,7 +335,8 @@ class AsyncRouterClient(_RouterAPI):
             if left <= 0:
                 await self.cancel([request.request_id])
                 return None
-            await self._releases.wait(seen, min(left, decision.retry_after_ms / 1000))
+            await self._releases.wait(seen, min(left, decision.retry_after_ms / 1000),
+                                      releases=decision.reason in RELEASE_HELPS)
 
     async def aclose(self) -> None:
         await self._releases.stop()
@@ -402,11 +403,20 @@ class ScriptMerger:
             start += n
 
 
+#: Wait reasons a release can end: a freed slot, tokens settled below their estimate, a
+#: finished breaker probe. A wait for rpm or a cooldown ends only with time (its retry
+#: after is exact) or a quota change, so such waiters sleep through releases.
+RELEASE_HELPS = frozenset({"concurrency", "tpm", "input_tpm", "output_tpm", "breaker"})
+
+
 class ReleaseListener:
     """One pub/sub subscription per client, shared by all its waiting coroutines.
 
-    ``generation`` counts releases seen; a waiter reads it before asking for admission and
-    then waits for it to move, so a release between the answer and the wait is not missed.
+    ``generation`` counts every event seen (releases, quota changes, pokes); ``changes``
+    only quota changes and pokes. A waiter takes :meth:`mark` before asking for admission
+    and then waits for it to move, so an event between the answer and the wait is not
+    missed; a waiter that no release can help waits on ``changes`` only, so the releases
+    of a busy router do not wake it for nothing.
     """
 
     def __init__(self, client: aioredis.Redis, channel: str) -> None:
@@ -416,6 +426,11 @@ class ReleaseListener:
         self._ready: asyncio.Event | None = None
         self._changed: asyncio.Condition | None = None
         self.generation = 0
+        self.changes = 0
+
+    def mark(self) -> tuple[int, int]:
+        """The counters now, for :meth:`wait`."""
+        return self.generation, self.changes
 
     async def start(self) -> None:
         if self._task is not None:
@@ -436,14 +451,17 @@ class ReleaseListener:
                     continue
                 async with self._changed:
                     self.generation += 1
+                    if message.get("data") not in (b"*", "*"):  # not a release: a quota
+                        self.changes += 1
                     self._changed.notify_all()
         finally:
             self._ready.set()
             await pubsub.aclose()
 
     def poke(self) -> None:
-        """Wake the waiters as a release would (a new request joined, say)."""
+        """Wake every waiter (a new request joined, say)."""
         self.generation += 1
+        self.changes += 1
         if self._changed is not None:
             asyncio.get_running_loop().create_task(self._notify())
 
@@ -452,14 +470,18 @@ class ReleaseListener:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait(self, seen: int, timeout_s: float) -> bool:
-        """Wait until a release after generation ``seen``; False on timeout."""
+    async def wait(self, seen: tuple[int, int], timeout_s: float, *,
+                   releases: bool = True) -> bool:
+        """Wait until an event after the :meth:`mark` ``seen`` (with ``releases=False``:
+        a quota change or a poke); False on timeout."""
         assert self._changed is not None
+
+        def moved() -> bool:
+            return self.mark()[0 if releases else 1] != seen[0 if releases else 1]
+
         try:
             async with self._changed:
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self.generation != seen), timeout_s
-                )
+                await asyncio.wait_for(self._changed.wait_for(moved), timeout_s)
             return True
         except asyncio.TimeoutError:
             return False

@@ -61,3 +61,29 @@ async def test_timeout_withdraws_the_waiter(client: AsyncRouterClient) -> None:
     assert isinstance(await client.admit(1), Admission)
     assert await client.wait_for_admission(AdmitRequest(1), timeout_s=0.05) is None
     assert (await client.stats()).waiting == 0
+
+
+async def test_rpm_waiter_sleeps_through_releases_but_not_quota_changes(
+    client: AsyncRouterClient,
+) -> None:
+    await client.set_quota("a", {"rpm": 2, "tpm": 10**6, "max_concurrency": 10,
+                                 "window_s": 60})
+    first, second = await client.admit_many([AdmitRequest(1), AdmitRequest(1)])
+    assert isinstance(first, Admission) and isinstance(second, Admission)
+    listener = client.releases
+    await listener.start()
+    seen = listener.mark()
+    await client.complete(first.lease_id, 1, 0)  # a release: frees a slot, not the window
+    assert await listener.wait(seen, 5.0)  # it reached the listener...
+    # ...but a waiter that only the window or a quota change can help does not wake on it
+    assert not await listener.wait(seen, 0.3, releases=False)
+
+    blocked = await client.admit(1)
+    assert isinstance(blocked, Wait) and blocked.reason == "rpm"
+    waiter = asyncio.create_task(client.wait_for_admission(AdmitRequest(1), timeout_s=50))
+    while (await client.stats()).waiting < 2:  # asked and queued, its timer ~60 s away
+        await asyncio.sleep(0)
+    await client.set_quota("a", {"rpm": 10, "tpm": 10**6, "max_concurrency": 10,
+                                 "window_s": 60})
+    admitted = await asyncio.wait_for(waiter, timeout=5)  # woken by the quota change
+    assert admitted is not None and admitted.model == "a"
