@@ -30,7 +30,12 @@ from airflow_llm_router.engine.core import (
     Step,
 )
 from airflow_llm_router.engine.quota import ModelQuota
-from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, admit_restoring
+from airflow_llm_router.engine.restore import (
+    LoadQuotas,
+    QuotaSource,
+    admit_restoring,
+    with_quotas,
+)
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import (
@@ -100,14 +105,19 @@ class _RouterAPI:
             return self.core.admit_many(requests)
         return admit_restoring(self.core, requests)
 
+    def _reading(self, step: Step[Any]) -> Step[Any]:
+        """Readers of the stats first restore lost quotas (see ``with_quotas``)."""
+        return step if self.quota_source is None else with_quotas(self.core, step)
+
     def _load_quotas(self) -> dict[str, ModelQuota] | None:
         """Read the quota source; a failure is logged, not raised (the caller then gets the
         rejection it would have had without a source)."""
         assert self.quota_source is not None
         try:
             return dict(self.quota_source())
-        except Exception:
-            log.exception("could not read quotas from the quota source to restore them")
+        except Exception as err:
+            log.warning("Redis holds no quota and the quota source could not be read to "
+                        "restore them: %s: %s", type(err).__name__, err)
             return None
 
     def admit(
@@ -182,7 +192,7 @@ class _RouterAPI:
 
     def stats(self, models: Sequence[str] | None = None) -> RouterStats:
         """Current window usage, in-flight calls, health and counters per model."""
-        return self._drive(self.core.stats(models))
+        return self._drive(self._reading(self.core.stats(models)))
 
     def advice(
         self,
@@ -197,8 +207,8 @@ class _RouterAPI:
         :param input_tokens_per_call: input tokens assumed per call for a model with no
             request in its current window.
         """
-        return self._drive(self.core.advice(backlog, per_solver_in_flight, max_solvers,
-                                            input_tokens_per_call))
+        return self._drive(self._reading(self.core.advice(
+            backlog, per_solver_in_flight, max_solvers, input_tokens_per_call)))
 
 
 def _alive(lease_id: str, ttl: float | None) -> float:
@@ -218,8 +228,9 @@ class RouterClient(_RouterAPI):
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
 
     @classmethod
-    def from_url(cls, url: str, settings: RouterSettings | None = None) -> RouterClient:
-        return cls(redis.Redis.from_url(url), settings)
+    def from_url(cls, url: str, settings: RouterSettings | None = None, *,
+                 quota_source: QuotaSource | None = None) -> RouterClient:
+        return cls(redis.Redis.from_url(url), settings, quota_source=quota_source)
 
     def _drive(self, step: Step[Any]) -> Any:
         reply = None
@@ -281,10 +292,11 @@ class AsyncRouterClient(_RouterAPI):
         self._merger = ScriptMerger(self._script)
 
     @classmethod
-    def from_url(cls, url: str, settings: RouterSettings | None = None) -> AsyncRouterClient:
+    def from_url(cls, url: str, settings: RouterSettings | None = None, *,
+                 quota_source: QuotaSource | None = None) -> AsyncRouterClient:
         """A client whose callers queue for one of 32 connections rather than fail."""
         pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=32, timeout=None)
-        return cls(aioredis.Redis(connection_pool=pool), settings)
+        return cls(aioredis.Redis(connection_pool=pool), settings, quota_source=quota_source)
 
     async def _drive(self, step: Step[Any]) -> Any:  # type: ignore[override]
         reply = None

@@ -18,12 +18,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from airflow_llm_router.engine.core import Command, Decision, RouterCore, Step
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import AdmitRequest, Rejection
 
-__all__ = ["LOST_QUOTA_REASONS", "LoadQuotas", "QuotaSource", "admit_restoring"]
+__all__ = ["LOST_QUOTA_REASONS", "LoadQuotas", "QuotaSource", "admit_restoring", "with_quotas"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,17 @@ def admit_restoring(core: RouterCore, requests: Sequence[AdmitRequest]) -> Step[
     for i, decision in zip(lost, retried, strict=True):
         decisions[i] = decision
     return decisions
+
+
+def with_quotas(core: RouterCore, step: Step[T]) -> Step[T]:
+    """Run ``step`` after restoring the quotas if Redis holds none.
+
+    For readers (stats, advice): after a loss they would see no model, and a caller that
+    waits for an enabled model before starting solvers (the backpressure sensor) would
+    wait for an admission that nothing starts. Costs one HLEN per read.
+    """
+    yield from restore_quotas(core)
+    return (yield from step)
 
 
 def restore_quotas(core: RouterCore) -> Step[bool]:

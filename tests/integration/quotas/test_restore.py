@@ -32,6 +32,22 @@ def test_sync_client_restores_then_obeys(quota_store: QuotaStore, namespace: str
         client.close()
 
 
+def test_readers_restore_too(quota_store: QuotaStore, namespace: str, redis_url: str,
+                             lose_redis: Callable[[], int]) -> None:
+    """The backpressure sensor reads advice before any solver admits: it must see the
+    stored quotas after a loss, not wait for an enabled model forever."""
+    quota_store.put("m", QUOTA, actor="a")
+    lose_redis()
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace),
+                                   quota_source=quota_store.quotas)
+    try:
+        assert client.advice(backlog=10).any_enabled
+        lose_redis()
+        assert list(client.stats().models) == ["m"]
+    finally:
+        client.close()
+
+
 def test_without_source_the_loss_is_an_error(quota_store: QuotaStore, router: RouterClient,
                                              lose_redis: Callable[[], int]) -> None:
     quota_store.put("m", QUOTA, actor="a")
