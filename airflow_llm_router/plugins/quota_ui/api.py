@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Res
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.quota import MODEL_NAME_RE, ModelQuota
 from airflow_llm_router.engine.stats import ModelStats, RouterStats
+from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.plugins.quota_ui.auth import Editor, Reader
 from airflow_llm_router.plugins.quota_ui.schemas import (
     AuditView,
@@ -74,6 +75,8 @@ def _store_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except QuotaNotFoundError as err:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from err
+    except QuotaValidationError as err:  # the route validated the body; the merge is checked
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from err
     except QuotaStoreError as err:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
 
