@@ -1,11 +1,11 @@
 """Drain the task store's backlog with mapped, deferrable solvers, as many as the router
 advises.
 
-``advise`` (a ``BackpressureSensor``) waits for a backlog and returns the router's advice:
-by Little's law, the calls in flight that saturate each model's quota, divided by one
-solver's ``max_in_flight``, capped by the backlog and ``max_solvers``. ``plan`` turns it
-into one settings dict per solver and ``SolveTaskOperator`` is mapped over that list with
-``expand_kwargs``; a quota raise or a slower model changes the fan-out on the next run
+``advise`` (a ``BackpressureSensor``) waits, in the triggerer, for a backlog and asks the
+router's advice: by Little's law, the calls in flight that saturate each model's quota,
+divided by one solver's ``max_in_flight``, capped by the backlog and ``max_solvers``. It
+returns one settings dict per advised solver and ``SolveTaskOperator`` is mapped over that
+list with ``expand_kwargs`` (the advice itself is the sensor's XCom ``advice``); a quota raise or a slower model changes the fan-out on the next run
 without editing the DAG. Solvers claim tasks as slots free up, with ``SKIP LOCKED``, so any
 number of them share the backlog, and each ends when the backlog is empty or its time budget
 is spent.
@@ -19,9 +19,7 @@ finds what is left. It can also be triggered by hand; ``{"fan_out": 8}`` forces 
 
 from __future__ import annotations
 
-from typing import Any
-
-from airflow.sdk import DAG, Asset, AssetWatcher, Param, task
+from airflow.sdk import DAG, Asset, AssetWatcher, Param
 
 from airflow_llm_router.operators.solve import SolveTaskOperator
 from airflow_llm_router.sensors.backpressure import BackpressureSensor
@@ -45,6 +43,7 @@ with DAG(
     schedule=[BACKLOG],
     max_active_runs=1,
     catchup=False,
+    render_template_as_native_obj=True,  # the solvers' settings render as numbers
     tags=["llm-router"],
     params={
         "fan_out": Param(0, type="integer", minimum=0,
@@ -62,6 +61,9 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
 
+    # The sensor returns one settings dict per solver (as many as the router advises, or
+    # the run's fan_out) and the solvers are mapped over that list: no planning task
+    # between them, so a drain started by an arrival reaches its first admission sooner.
     advise = BackpressureSensor(
         task_id="advise",
         router_conn_id=ROUTER_CONN_ID,
@@ -69,29 +71,21 @@ with DAG(
         store_schema="{{ params.store_schema }}",
         per_solver_in_flight="{{ params.max_in_flight }}",
         max_solvers="{{ params.max_solvers }}",
+        fan_out="{{ params.fan_out }}",
+        solver_kwargs={
+            "chunk_size": "{{ params.chunk_size }}",
+            "max_in_flight": "{{ params.max_in_flight }}",
+            "time_budget_s": "{{ params.time_budget_s }}",
+            "store_schema": "{{ params.store_schema }}",
+        },
         poke_interval=5,
         timeout=3600,
         soft_fail=True,  # a run started for work an earlier run already drained ends skipped
     )
-
-    @task
-    def plan(advice: dict[str, Any], params: dict[str, Any] | None = None
-             ) -> list[dict[str, Any]]:
-        """One settings dict per solver: the list's length is the fan-out, the router's
-        advice unless the run sets ``fan_out``."""
-        assert params is not None
-        fan_out = int(params["fan_out"]) or max(1, int(advice["solvers"]))
-        solver = {
-            "chunk_size": int(params["chunk_size"]),
-            "max_in_flight": int(params["max_in_flight"]),
-            "time_budget_s": float(params["time_budget_s"]),
-            "store_schema": str(params["store_schema"]),
-        }
-        return [dict(solver) for _ in range(fan_out)]
 
     SolveTaskOperator.partial(
         task_id="solve",
         router_conn_id=ROUTER_CONN_ID,
         backend_conn_id=BACKEND_CONN_ID,
         postgres_conn_id=POSTGRES_CONN_ID,
-    ).expand_kwargs(plan(advise.output))
+    ).expand_kwargs(advise.output)

@@ -39,10 +39,16 @@ class BackpressureSensor(BaseSensorOperator):
     :param input_tokens_per_call: input tokens assumed per call for a model with no
         request in its current window (before the first calls of a drain).
     :param deferrable: wait in the triggerer (default) rather than in a worker.
+    :param solver_kwargs: when given, the XCom is instead the list to map the solvers over
+        (``SolveTaskOperator.partial(...).expand_kwargs(sensor.output)``): one copy of these
+        kwargs per solver, as many as the advice says (or ``fan_out``); the advice itself
+        is then the XCom ``advice``. Saves a planning task, so a drain starts sooner.
+    :param fan_out: with ``solver_kwargs``, this many solvers whatever the advice (0: as
+        many as advised).
     """
 
     template_fields: Sequence[str] = ("store_schema", "store_table", "per_solver_in_flight",
-                                      "max_solvers")
+                                      "max_solvers", "solver_kwargs", "fan_out")
 
     def __init__(
         self,
@@ -55,10 +61,14 @@ class BackpressureSensor(BaseSensorOperator):
         max_solvers: int = 16,
         input_tokens_per_call: int = 0,
         deferrable: bool = True,
+        solver_kwargs: dict[str, Any] | None = None,
+        fan_out: int | str = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.deferrable = deferrable
+        self.solver_kwargs = solver_kwargs
+        self.fan_out = fan_out
         self.router_conn_id = router_conn_id
         self.postgres_conn_id = postgres_conn_id
         self.store_schema = store_schema
@@ -72,7 +82,7 @@ class BackpressureSensor(BaseSensorOperator):
             return super().execute(context)
         first = self.poke(context)
         if first.is_done:
-            return first.xcom_value
+            return first.xcom_value  # already the result (see poke)
         self.defer(
             trigger=BackpressureTrigger(
                 router_conn_id=self.router_conn_id,
@@ -97,7 +107,25 @@ class BackpressureSensor(BaseSensorOperator):
         self.log.info("backlog %d: %d solver(s) for %.1f calls in flight (backpressure %.2f)",
                       event["backlog"], advice["solvers"], advice["in_flight_needed"],
                       advice["backpressure"])
-        return advice
+        return self._result(advice, context)
+
+    def _result(self, advice: dict[str, Any], context: Any) -> Any:
+        """The XCom: the advice, or with ``solver_kwargs`` one kwargs dict per solver (and
+        the advice as the XCom ``advice``)."""
+        if self.solver_kwargs is None:
+            return advice
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if ti is not None:
+            ti.xcom_push(key="advice", value=advice)
+        try:
+            fan_out = int(self.fan_out or 0)
+        except (TypeError, ValueError):
+            raise ValueError(f"fan_out: {self.fan_out!r} is not a whole number >= 0 "
+                             "(0: as many solvers as advised)") from None
+        if fan_out < 0:
+            raise ValueError(f"fan_out: {fan_out} must be >= 0 (0: as many as advised)")
+        solvers = fan_out or max(1, int(advice["solvers"]))
+        return [dict(self.solver_kwargs) for _ in range(solvers)]
 
     def poke(self, context: Any) -> PokeReturnValue:
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
@@ -119,4 +147,4 @@ class BackpressureSensor(BaseSensorOperator):
         self.log.info("backlog %d: %d solver(s) for %.1f calls in flight "
                       "(backpressure %.2f)", backlog, advice.solvers,
                       advice.in_flight_needed, advice.backpressure)
-        return PokeReturnValue(is_done=True, xcom_value=advice.to_dict())
+        return PokeReturnValue(is_done=True, xcom_value=self._result(advice.to_dict(), context))

@@ -23,7 +23,7 @@ def test_every_file_imports(bag) -> None:
     assert set(bag.dags) == {"as_is_baseline", "llm_router_drain", "llm_router_single_prompt"}
 
 
-def test_drain_maps_the_solver_over_planned_settings(bag) -> None:
+def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
     from airflow.sdk.definitions.mappedoperator import MappedOperator
 
     from airflow_llm_router.operators.solve import SolveTaskOperator
@@ -38,25 +38,28 @@ def test_drain_maps_the_solver_over_planned_settings(bag) -> None:
     assert dag.get_task("advise").deferrable  # waits in the triggerer
     assert {"fan_out", "chunk_size", "max_in_flight", "time_budget_s"} <= set(dag.params)
     assert dag.params["fan_out"] == 0  # 0: as many solvers as the router advises
-    assert dag.get_task("plan").upstream_task_ids == {"advise"}
     solve = dag.get_task("solve")
     assert isinstance(solve, MappedOperator)
     assert solve.operator_class is SolveTaskOperator
     assert solve.partial_kwargs["router_conn_id"] == "llm_router_default"
     assert solve.partial_kwargs["backend_conn_id"] == "models_backend_default"
     assert solve.partial_kwargs["postgres_conn_id"] == "postgres_default"
-    assert solve.upstream_task_ids == {"plan"}
+    assert solve.upstream_task_ids == {"advise"}  # no planning task in between
+    assert dag.render_template_as_native_obj  # the settings render as numbers
 
 
-def test_drain_plan_gives_one_settings_dict_per_solver(bag) -> None:
-    plan = bag.dags["llm_router_drain"].get_task("plan")
-    params = {"fan_out": 3, "chunk_size": 50, "max_in_flight": 20, "time_budget_s": 60,
-              "store_schema": "s"}
-    out = plan.python_callable({"solvers": 7}, params=params)
-    assert out == [{"chunk_size": 50, "max_in_flight": 20, "time_budget_s": 60.0,
-                    "store_schema": "s"}] * 3
-    advised = plan.python_callable({"solvers": 7}, params={**params, "fan_out": 0})
-    assert len(advised) == 7
+def test_drain_sensor_gives_one_settings_dict_per_solver(bag) -> None:
+    sensor = bag.dags["llm_router_drain"].get_task("advise")
+    assert set(sensor.solver_kwargs) == {"chunk_size", "max_in_flight", "time_budget_s",
+                                         "store_schema"}
+    sensor.solver_kwargs = {"chunk_size": 50, "max_in_flight": 20}  # as rendered
+    sensor.fan_out = 3
+    assert sensor._result({"solvers": 7}, {}) == [{"chunk_size": 50, "max_in_flight": 20}] * 3
+    sensor.fan_out = 0  # as advised
+    assert len(sensor._result({"solvers": 7}, {})) == 7
+    sensor.fan_out = "many"
+    with pytest.raises(ValueError, match="fan_out"):
+        sensor._result({"solvers": 7}, {})
 
 
 def test_single_prompt_templates_the_prompt(bag) -> None:
