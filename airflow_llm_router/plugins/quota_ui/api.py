@@ -54,10 +54,16 @@ def _usage(m: ModelStats | None, quota: ModelQuota) -> Usage | None:
 
 def _view(record: QuotaRecord, stats: RouterStats) -> QuotaView:
     live = stats.models.get(record.model)
-    return QuotaView(model=record.model, quota=record.quota,
+    return QuotaView(model=record.model, quota=record.quota, stored=True,
                      updated_at=record.updated_at.isoformat(), updated_by=record.updated_by,
                      applied=live is not None and live.quota == record.quota,
                      usage=_usage(live, record.quota))
+
+
+def _router_only(live: ModelStats) -> QuotaView:
+    assert live.quota is not None
+    return QuotaView(model=live.model, quota=live.quota, stored=False, updated_at=None,
+                     updated_by=None, applied=True, usage=_usage(live, live.quota))
 
 
 def _stats(svc: QuotaService) -> RouterStats:
@@ -86,12 +92,16 @@ def _change(change: QuotaChange) -> ChangeView:
                       new=change.new, audit_id=change.audit_id)
 
 
-@router.get("/quotas", summary="Every stored quota with its live usage")
+@router.get("/quotas", summary="Every quota with its live usage (stored ones, then any "
+            "that only Redis holds)")
 def list_quotas(_: Reader, svc: Service) -> QuotaList:
     records = _store_call(svc.store.records)
     stats = _stats(svc)
-    return QuotaList(models=[_view(r, stats) for r in records], waiting=stats.waiting,
-                     now_ms=stats.now_ms)
+    stored = {r.model for r in records}
+    views = [_view(r, stats) for r in records] + [
+        _router_only(m) for name, m in stats.models.items()
+        if name not in stored and m.quota is not None]
+    return QuotaList(models=views, waiting=stats.waiting, now_ms=stats.now_ms)
 
 
 @router.get("/quotas/{model:path}", summary="One model's quota with its live usage",

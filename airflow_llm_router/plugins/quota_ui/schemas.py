@@ -37,14 +37,17 @@ class Usage(BaseModel):
 
 
 class QuotaView(BaseModel):
-    """One model: its stored quota, whether Redis holds the same, and its live usage."""
+    """One model: its quota, whether PostgreSQL stores it and Redis holds the same, and
+    its live usage. A model set in Redis directly (``RouterClient.set_quota``) is listed
+    with ``stored`` false and no ``updated_at``/``updated_by``; PUT stores it."""
 
     model_config = ConfigDict(protected_namespaces=())
 
     model: str
     quota: ModelQuota
-    updated_at: str
-    updated_by: str
+    stored: bool
+    updated_at: str | None
+    updated_by: str | None
     applied: bool
     usage: Usage | None
 

@@ -164,6 +164,19 @@ def test_stats_advice_and_live_usage(ui: QuotaUiStack, tokens: dict[str, str]) -
     assert api(ui, viewer, "GET", "/api/advice", params={"backlog": -1}).status_code == 422
 
 
+def test_a_quota_only_redis_holds_is_listed_and_can_be_stored(
+        ui: QuotaUiStack, tokens: dict[str, str]) -> None:
+    with ui.router() as router:
+        router.set_quota("direct", SMALL)
+    [view] = api(ui, tokens["viewer"], "GET", "/api/quotas").json()["models"]
+    assert (view["model"], view["stored"], view["updated_by"]) == ("direct", False, None)
+    assert view["quota"]["rpm"] == 60 and view["usage"]["requests"] == 0
+    stored = api(ui, tokens["admin"], "PUT", "/api/quotas/direct", json={**SMALL, "rpm": 9})
+    assert stored.status_code == 201
+    [view] = api(ui, tokens["viewer"], "GET", "/api/quotas").json()["models"]
+    assert (view["stored"], view["updated_by"], view["quota"]["rpm"]) == (True, "admin", 9)
+
+
 def test_openapi_documents_the_api(ui: QuotaUiStack, tokens: dict[str, str]) -> None:
     doc = api(ui, tokens["viewer"], "GET", "/openapi.json").json()
     assert {"/api/quotas", "/api/quotas/{model}", "/api/stats", "/api/advice",

@@ -129,6 +129,11 @@ function renderRow(view) {
     small.append(el("span", { class: "badge bad" }, `breaker ${u.breaker}`));
   }
   if (!view.applied) small.append(el("span", { class: "badge" }, "not in router yet"));
+  if (!view.stored) {
+    small.append(el("span", { class: "badge", title: "set in Redis directly; saving "
+      + "stores it in PostgreSQL" }, "not stored"));
+  }
+  row.stored = view.stored;
   return row;
 }
 
@@ -174,10 +179,12 @@ async function saveRow(model) {
   row.message.className = "row-message";
   if (Object.keys(patch).length === 0) return;
   row.save.disabled = true;
-  const { ok, status, body } = await api("quotas/" + encodeURIComponent(model), {
-    method: "PATCH",
+  // a quota only Redis holds has nothing to patch in the store: save it whole
+  const path = model.split("/").map(encodeURIComponent).join("/");
+  const { ok, status, body } = await api("quotas/" + path, {
+    method: row.stored ? "PATCH" : "PUT",
     headers: { "Content-Type": "application/json", [CSRF_HEADER]: "XMLHttpRequest" },
-    body: JSON.stringify(patch),
+    body: JSON.stringify(row.stored ? patch : { ...row.quota, ...patch }),
   });
   if (ok) {
     row.quota = body.new;
