@@ -48,6 +48,7 @@ def browser() -> Iterator[WebDriver]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1280,800", "--lang=en-US"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     # the viewport itself at 1280x800, whatever the window decorations take
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
@@ -146,6 +147,12 @@ def test_edit_rpm_in_the_airflow_ui(ui: QuotaUiStack, tokens: dict[str, str],
     assert isinstance(decisions[3], Wait) and decisions[3].reason == "rpm"
     wait(browser, "gpt-large's usage", lambda d: text_of(d, "gpt-large", ".bar .value")
          == "3 / 3")
+
+    # the page's own script logged no error
+    errors = [e["message"] for e in browser.get_log("browser")
+              if e["level"] == "SEVERE" and "/llm-router/" in e["message"]]
+    assert errors == [] or all("api/quotas/gpt-large" in e and "422" in e for e in errors), \
+        errors  # the one refused PATCH above is the only expected failure
 
     browser.switch_to.default_content()
     shot = Path(os.environ.get("LLMR_SCREENSHOT") or tmp_path / "quota_ui.png")
