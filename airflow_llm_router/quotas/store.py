@@ -216,7 +216,8 @@ class QuotaStore:
                 changes = [self._write(conn, model, value, actor, source, patch, missing_ok)
                            for model, value in sorted(wanted.items())]
                 for change in changes:
-                    if change.audit_id is not None:
+                    # an unchanged value is pushed too: it repairs a Redis that drifted
+                    if change.audit_id is not None or change.new is not None:
                         self._push(change.model, change.new)
                         pushed.append(change)
         except BaseException:

@@ -40,11 +40,14 @@ def test_put_patch_delete_reach_redis_and_the_audit_log(quota_store: QuotaStore,
     assert audit[2].at <= audit[1].at <= audit[0].at
 
 
-def test_an_unchanged_value_writes_no_audit_row(quota_store: QuotaStore) -> None:
+def test_an_unchanged_value_writes_no_audit_row_but_repairs_redis(
+        quota_store: QuotaStore, router: RouterClient) -> None:
     quota_store.put("m", SMALL, actor="a")
+    router.set_quota("m", {**SMALL, "rpm": 1})  # Redis drifted from the store
     again = quota_store.put("m", dict(SMALL), actor="a")
     assert again.audit_id is None
     assert len(quota_store.audit("m")) == 1
+    assert router.get_quota("m") == ModelQuota(**SMALL)
 
 
 @pytest.mark.parametrize(("fields", "named"), [
