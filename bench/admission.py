@@ -37,7 +37,6 @@ import math
 import os
 import platform
 import pstats
-import re
 import subprocess
 import sys
 import threading
@@ -60,6 +59,7 @@ from airflow_llm_router.engine.core import Completion  # noqa: E402
 from airflow_llm_router.engine.keys import RouterKeys  # noqa: E402
 from airflow_llm_router.engine.scripts import script_source  # noqa: E402
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings  # noqa: E402
+from bench.common import write_section  # noqa: E402
 
 SECTION = "## Admission engine"
 TOKENS = 100  # estimate per request; settled as 50 in + 50 out
@@ -971,19 +971,6 @@ beside it.
 {interpretation(results, limits, costs)}"""
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this benchmark's section (up to the next ``## `` heading), or append it."""
-    body = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.M | re.S)
-    section = text.rstrip() + "\n\n"
-    if pattern.search(body):
-        body = pattern.sub(lambda _: section, body, count=1)
-    else:
-        body = body.rstrip() + "\n\n" + section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(body.rstrip() + "\n")
-
-
 # -- main -------------------------------------------------------------------------------
 
 
@@ -1096,7 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         print(profile_client(args.url, 2.0))
     if not args.no_write:
-        write_section(args.out, text)
+        write_section(args.out, SECTION, text)
         print(f"wrote {SECTION!r} into {args.out}")
     if args.json:
         args.json.write_text(json.dumps({

@@ -5,16 +5,18 @@ advises.
 router's advice: by Little's law, the calls in flight that saturate each model's quota,
 divided by one solver's ``max_in_flight``, capped by the backlog and ``max_solvers``. It
 returns one settings dict per advised solver and ``SolveTaskOperator`` is mapped over that
-list with ``expand_kwargs`` (the advice itself is the sensor's XCom ``advice``); a quota raise or a slower model changes the fan-out on the next run
-without editing the DAG. Solvers claim tasks as slots free up, with ``SKIP LOCKED``, so any
-number of them share the backlog, and each ends when the backlog is empty or its time budget
-is spent.
+list with ``expand_kwargs`` (the advice itself is the sensor's XCom ``advice``). A quota
+raise or a slower model changes the fan-out on the next run without editing the DAG.
+Solvers claim tasks as slots free up, with ``SKIP LOCKED``, so any number of them share the
+backlog, and each ends when the backlog is empty or its time budget is spent.
 
 Started by arrivals: the DAG is scheduled on the ``llm_router_backlog`` asset, whose watcher
 (``BacklogArrivalTrigger``, in the triggerer) fires when an enqueue notifies the task store's
 channel, so a drain starts within seconds of work arriving on an idle system. One run at a
 time; enqueues during a run are drained by it, and their event starts one more run that
-finds what is left. It can also be triggered by hand; ``{"fan_out": 8}`` forces the fan-out.
+finds what is left. With ``linger_s`` the solvers stay, waiting in the triggerer, that long
+after the backlog empties, and take tasks that arrive meanwhile within milliseconds. It can
+also be triggered by hand; ``{"fan_out": 8}`` forces the fan-out.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ with DAG(
                                description="model calls in flight per solver"),
         "time_budget_s": Param(1500, type="number", exclusiveMinimum=0,
                                description="a solver claims no new chunk after this"),
+        "linger_s": Param(0, type="number", minimum=0,
+                          description="once the backlog is empty, solvers wait this long "
+                                      "for new tasks before ending (0: end at once)"),
         "store_schema": Param(STORE_SCHEMA, type="string"),
     },
     doc_md=__doc__,
@@ -76,6 +81,7 @@ with DAG(
             "chunk_size": "{{ params.chunk_size }}",
             "max_in_flight": "{{ params.max_in_flight }}",
             "time_budget_s": "{{ params.time_budget_s }}",
+            "linger_s": "{{ params.linger_s }}",
             "store_schema": "{{ params.store_schema }}",
         },
         poke_interval=5,

@@ -31,12 +31,12 @@ POSTGRES_DSN = os.environ.get(
 def delete_namespace(namespace: str) -> int:
     """Delete every Redis key of a router namespace (what a Redis restart without
     persistence does to it); returns how many there were."""
-    import redis
+    from airflow_llm_router.engine.client import RouterClient
+    from airflow_llm_router.engine.types import RouterSettings
 
-    client = redis.Redis.from_url(REDIS_URL)
+    client = RouterClient.from_url(REDIS_URL, RouterSettings(namespace=namespace))
     try:
-        keys = list(client.scan_iter(match=f"llmr:{{{namespace}}}:*", count=1000))
-        return int(client.delete(*keys)) if keys else 0
+        return client.drop_namespace()
     finally:
         client.close()
 

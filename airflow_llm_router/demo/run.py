@@ -104,10 +104,9 @@ def _router(stack: ExitStack, redis_url: str, namespace: str, profile: Simulator
 
 
 def drop_namespace(client: RouterClient, namespace: str) -> None:
-    with contextlib.suppress(Exception):  # best effort on the way out
-        keys = list(client.redis.scan_iter(match=f"llmr:{{{namespace}}}:*", count=1000))
-        if keys:
-            client.redis.delete(*keys)
+    """Delete the run's namespace (``client``'s own) on the way out, best effort."""
+    with contextlib.suppress(Exception):
+        client.drop_namespace()
 
 
 def _fresh_store(dsn: str, schema: str) -> TaskStore:

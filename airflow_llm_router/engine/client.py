@@ -273,6 +273,13 @@ class RouterClient(_RouterAPI):
         finally:
             pubsub.close()
 
+    def drop_namespace(self) -> int:
+        """Delete every key of this client's namespace: quotas, windows, leases, counters
+        (what a Redis restart without persistence does). For tests, demos and benchmarks
+        that made a namespace of their own; returns how many keys there were."""
+        keys = list(self.redis.scan_iter(match=self.core.keys.prefix + "*", count=1000))
+        return int(self.redis.delete(*keys)) if keys else 0
+
     def close(self) -> None:
         self.redis.close()
 

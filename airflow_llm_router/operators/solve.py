@@ -48,6 +48,10 @@ class SolveTaskOperator(BaseOperator):
         to the backend's ``/batch`` together (each under its own lease). Off by default: a
         batch answers with its slowest prompt.
     :param max_output_tokens: sent to the backend as the output cap of each call.
+    :param linger_s: drain only: once the backlog is empty, wait this long (in the
+        triggerer, woken by the store's enqueue notifications) for new tasks before ending;
+        each arrival restarts the wait. Tasks arriving meanwhile are claimed within
+        milliseconds instead of waiting for a new DAG run. 0 (default): end at once.
     """
 
     template_fields = ("prompt", "prompts", "models", "priority", "store_schema", "store_table")
@@ -74,6 +78,7 @@ class SolveTaskOperator(BaseOperator):
         retry_backoff_s: float = 1.0,
         batch_size: int = 1,
         max_output_tokens: int | None = None,
+        linger_s: float = 0.0,
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -87,6 +92,8 @@ class SolveTaskOperator(BaseOperator):
         for name, seconds in (("time_budget_s", time_budget_s), ("claim_ttl_s", claim_ttl_s)):
             if seconds <= 0:
                 raise ValueError(f"{name}: {seconds!r} must be > 0 seconds")
+        if not isinstance(linger_s, (int, float)) or linger_s < 0:
+            raise ValueError(f"linger_s: {linger_s!r} must be >= 0 seconds (0: don't linger)")
         self.prompt = prompt
         self.prompts = prompts
         self.models = models
@@ -105,6 +112,7 @@ class SolveTaskOperator(BaseOperator):
         self.retry_backoff_s = retry_backoff_s
         self.batch_size = batch_size
         self.max_output_tokens = max_output_tokens
+        self.linger_s = float(linger_s)
         self.deferrable = deferrable
 
     # -- entry points -----------------------------------------------------------------
@@ -123,6 +131,7 @@ class SolveTaskOperator(BaseOperator):
             "claim_ttl_s": self.claim_ttl_s,
             "claim_batch": self.chunk_size,
             "max_output_tokens": self.max_output_tokens,
+            "linger_s": self.linger_s,
         }
         event = self._solve({"mode": "drain", "started": started}, drain=drain)
         return self.execute_complete(context, event)

@@ -12,6 +12,7 @@ The store is synchronous (psycopg); its calls run in a worker thread, one at a t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.store import ClaimedTask, TaskFailure, TaskResult, TaskStore
+from airflow_llm_router.store.watch import BacklogWatch
 
 __all__ = ["DrainOptions", "DrainState", "drain_store"]
 
@@ -105,6 +107,7 @@ class DrainOptions:
     claim_batch: int = 100
     max_output_tokens: int | None = None
     flush_every_s: float = 0.2
+    linger_s: float = 0.0
 
 
 @dataclass
@@ -115,16 +118,29 @@ class _Draining:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     claims: dict[int, str] = field(default_factory=dict)
     results: list[SolveResult] = field(default_factory=list)
+    watch: BacklogWatch | None = None
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a store call in a thread, one at a time. If the drain is cancelled meanwhile,
+        the statement still finishes before the cancellation goes on, so the clean-up that
+        follows finds the store free and its bookkeeping complete."""
         async with self.lock:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            done = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+            try:
+                return await asyncio.shield(done)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await done
+                raise
 
     async def claim(self, n: int) -> list[Any]:
-        claimed = await self.call(self.store.claim, n, worker_id=self.options.worker_id,
-                                  claim_ttl_s=self.options.claim_ttl_s)
-        self.claims.update({t.id: t.claim_token for t in claimed})
-        return claimed
+        def take() -> list[Any]:  # records the claims even if the drain is being cancelled
+            claimed = self.store.claim(n, worker_id=self.options.worker_id,
+                                       claim_ttl_s=self.options.claim_ttl_s)
+            self.claims.update({t.id: t.claim_token for t in claimed})
+            return claimed
+
+        return list(await self.call(take))
 
     async def flush(self) -> None:
         done, self.results = self.results, []
@@ -132,6 +148,38 @@ class _Draining:
             return
         tokens = {int(r.key): self.claims.pop(int(r.key)) for r in done}
         self.state.add(await self.call(write_results, self.store, tokens, done))
+
+    async def idle(self) -> bool:
+        """Nothing in progress: whether to claim again (tasks remain, or arrived while
+        lingering) or stop (deadline passed; backlog empty and nothing arrived)."""
+        if time.time() >= self.options.deadline:
+            return False
+        if await self.call(self.store.backlog_size) == 0:
+            return await self.linger()
+        await asyncio.sleep(0.05)  # tasks remain: rows briefly locked by another claimer
+        return True
+
+    async def linger(self) -> bool:
+        """With the backlog empty: wait up to ``linger_s`` (within the deadline) for new
+        tasks, woken by the store's notifications; True if some arrived."""
+        until = time.monotonic() + min(self.options.linger_s,
+                                       self.options.deadline - time.time())
+        if until <= time.monotonic():
+            return False
+        if self.watch is None:  # LISTEN from now on; the backlog is re-read below
+            self.watch = await self.store.watch().__aenter__()
+        while True:
+            if await self.watch.backlog():
+                return True
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            await self.watch.arrival(left)
+
+    async def close(self) -> None:
+        if self.watch is not None:
+            await self.watch.__aexit__(None, None, None)
+            self.watch = None
 
     async def extend(self) -> None:
         if self.claims:
@@ -141,7 +189,8 @@ class _Draining:
 
 async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
                       state: DrainState) -> DrainState:
-    """Claim, solve and write until the backlog is empty or the deadline passes."""
+    """Claim, solve and write until the backlog is empty (and stays empty for
+    ``options.linger_s``) or the deadline passes."""
     d = _Draining(store, options, state)
     active: set[asyncio.Task[SolveResult]] = set()
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
@@ -162,10 +211,9 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
                     for item in chunk_items(claimed, options.max_output_tokens):
                         active.add(asyncio.create_task(solver.solve(item)))
             if not active:
-                if time.time() >= options.deadline or await d.call(store.backlog_size) == 0:
+                if not await d.idle():
                     break
-                quiet_until = 0.0  # tasks remain: rows briefly locked by another claimer
-                await asyncio.sleep(0.05)
+                quiet_until = 0.0  # claim again at once
                 continue
             done, active = await asyncio.wait(active, timeout=options.flush_every_s,
                                               return_when=asyncio.FIRST_COMPLETED)
@@ -181,6 +229,7 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
         for task in active:
             task.cancel()
         await asyncio.gather(*active, return_exceptions=True)
+        await d.close()
         await d.flush()
         if d.claims:  # cut short: give the rest back at once rather than at claim expiry
             released = await d.call(store.release_many, dict(d.claims))

@@ -30,6 +30,7 @@ from airflow_llm_router.store.models import (
 )
 from airflow_llm_router.store.queries import Queries
 from airflow_llm_router.store.schema import TableNames, migrate
+from airflow_llm_router.store.watch import BacklogWatch
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,11 @@ class TaskStore:
     def notify_channel(self) -> str:
         """The channel :meth:`enqueue` notifies (payload: number of new tasks); LISTEN on it."""
         return self._names.notify_channel
+
+    def watch(self) -> BacklogWatch:
+        """A :class:`BacklogWatch` of this store (``async with store.watch() as w``): its
+        backlog and the arrival of new tasks, for async code, on a connection of its own."""
+        return BacklogWatch(self._dsn, schema=self.schema, table=self.table)
 
     def __repr__(self) -> str:
         return f"TaskStore(schema={self.schema!r}, table={self.table!r})"

@@ -35,7 +35,8 @@ class SolveTrigger(BaseTrigger):
 
     :param items: :class:`SolveItem` dicts, or None with ``drain``.
     :param drain: ``{"postgres_conn_id", "schema", "table", "worker_id", "claim_ttl_s",
-        "claim_batch", "max_output_tokens"}`` to drain the task store until ``deadline``.
+        "claim_batch", "max_output_tokens", "linger_s"}`` to drain the task store until
+        ``deadline``.
     :param router_conn_id: the ``llm_router`` connection.
     :param backend_conn_id: the ``models_backend`` connection.
     :param deadline: epoch seconds; prompts not admitted by then come back ``unfinished``.
@@ -135,7 +136,8 @@ class SolveTrigger(BaseTrigger):
         options = DrainOptions(worker_id=spec["worker_id"], claim_ttl_s=spec["claim_ttl_s"],
                                deadline=self.deadline, max_in_flight=self.max_in_flight,
                                claim_batch=int(spec.get("claim_batch", 100)),
-                               max_output_tokens=spec.get("max_output_tokens"))
+                               max_output_tokens=spec.get("max_output_tokens"),
+                               linger_s=float(spec.get("linger_s", 0.0)))
         state = DrainState(started=float(self.state.get("started", 0.0)) or time.time())
         try:
             async with self._solver() as solver:

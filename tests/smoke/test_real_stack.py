@@ -40,7 +40,7 @@ from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.simulator import SimulatorProfile, SimulatorServer
 from airflow_llm_router.store import TaskStore
-from tests.conftest import POSTGRES_DSN, REDIS_URL
+from tests.conftest import POSTGRES_DSN, REDIS_URL, delete_namespace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 
@@ -96,18 +96,6 @@ def set_quotas(router: RouterClient, profile: SimulatorProfile) -> None:
             "window_s": window_s,
             "expected_output_tokens": model.output_tokens_mean,
         })
-
-
-def delete_namespace(namespace: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        keys = list(client.scan_iter(match=f"llmr:{{{namespace}}}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 # -- evidence of overlap ------------------------------------------------------------------

@@ -51,7 +51,7 @@ def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
 def test_drain_sensor_gives_one_settings_dict_per_solver(bag) -> None:
     sensor = bag.dags["llm_router_drain"].get_task("advise")
     assert set(sensor.solver_kwargs) == {"chunk_size", "max_in_flight", "time_budget_s",
-                                         "store_schema"}
+                                         "linger_s", "store_schema"}
     sensor.solver_kwargs = {"chunk_size": 50, "max_in_flight": 20}  # as rendered
     sensor.fan_out = 3
     assert sensor._result({"solvers": 7}, {}) == [{"chunk_size": 50, "max_in_flight": 20}] * 3

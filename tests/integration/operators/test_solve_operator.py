@@ -15,6 +15,7 @@ from airflow_llm_router.operators.solve import SolveTaskOperator
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import SolveTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
+from tests.integration.watching import until_listening
 
 
 def _context(map_index: int = -1) -> dict[str, Any]:
@@ -81,6 +82,30 @@ def test_drain_defers_once_and_the_trigger_drains(
         assert summary["solved"] == 30 and store.counts()["solved"] == 30
 
 
+def test_lingering_drain_takes_tasks_that_arrive_after_the_backlog_emptied(
+    backend: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    """With ``linger_s`` the drain waits, LISTENing, for new tasks instead of ending: an
+    arrival is claimed at once, and the drain ends after ``linger_s`` with none."""
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"early {i}" for i in range(10)])
+        op = SolveTaskOperator(task_id="t", store_schema=pg_schema, linger_s=3)
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(_context())
+
+        async def drain_with_a_late_arrival() -> dict[str, Any]:
+            run = asyncio.create_task(_fire(deferred.value.trigger))
+            await until_listening(pg_dsn, pg_schema, run)
+            assert store.counts()["solved"] == 10 and not run.done()
+            await asyncio.to_thread(store.enqueue, [f"late {i}" for i in range(5)])
+            return await asyncio.wait_for(run, 30)
+
+        event = asyncio.run(drain_with_a_late_arrival())
+        summary = op.execute_complete(_context(), event=event)
+        assert summary["solved"] == 15 and store.counts()["solved"] == 15
+
+
 def test_drain_cut_short_returns_its_claims(backend: Any, pg_dsn: str, pg_schema: str) -> None:
     """A drain cancelled mid-way (its triggerer stopped) hands its claims back at once."""
     with TaskStore(pg_dsn, schema=pg_schema) as store:
@@ -120,6 +145,7 @@ def test_trigger_error_fails_the_task(backend: Any, pg_dsn: str, pg_schema: str)
         ({"chunk_size": 0}, "chunk_size"),
         ({"max_in_flight": -1}, "max_in_flight"),
         ({"time_budget_s": 0}, "time_budget_s"),
+        ({"linger_s": -1}, "linger_s"),
     ],
 )
 def test_bad_arguments_name_the_field(kwargs: dict[str, Any], field: str) -> None:

@@ -10,7 +10,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -19,8 +18,8 @@ from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.sensors.backpressure import BackpressureSensor
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.store.watch import APPLICATION_NAME
 from airflow_llm_router.triggers.backlog import BacklogArrivalTrigger, BackpressureTrigger
+from tests.integration.watching import until_listening
 
 QUOTA = {"rpm": 60, "tpm": 10**6, "max_concurrency": 50, "expected_latency_s": 10.0}
 
@@ -54,21 +53,6 @@ def _roundtrip(trigger: BaseTrigger) -> BaseTrigger:
     return getattr(importlib.import_module(module), name)(**json.loads(json.dumps(kwargs)))
 
 
-async def _listening(pg_dsn: str, schema: str, timeout_s: float = 10.0) -> None:
-    """Until a watcher of this schema has read the backlog and sits idle on LISTEN."""
-    deadline = time.monotonic() + timeout_s
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        while True:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                " AND state = 'idle' AND query LIKE %s",
-                (APPLICATION_NAME, f"%{schema}%")).fetchone()
-            if row and row[0]:
-                return
-            assert time.monotonic() < deadline, "the trigger never started listening"
-            await asyncio.sleep(0.02)
-
-
 def _backpressure_trigger(schema: str) -> BackpressureTrigger:
     return BackpressureTrigger(router_conn_id="llm_router_watch",
                                postgres_conn_id="postgres_watch", schema=schema, table="tasks",
@@ -82,7 +66,7 @@ async def test_backpressure_trigger_fires_on_enqueue(
     trigger = _roundtrip(_backpressure_trigger(pg_schema))
     events: AsyncIterator[TriggerEvent] = trigger.run()
     pending = asyncio.ensure_future(anext(events))
-    await _listening(pg_dsn, pg_schema)
+    await until_listening(pg_dsn, pg_schema, pending)
     assert not pending.done()  # an empty backlog: still waiting
     await asyncio.to_thread(store.enqueue, [f"p{i}" for i in range(30)])
     event = (await asyncio.wait_for(pending, 10)).payload  # the poll is a minute away
@@ -99,7 +83,7 @@ async def test_backpressure_trigger_waits_for_an_enabled_model(
     trigger = _backpressure_trigger(pg_schema)
     trigger.poll_interval_s = 0.05  # quota changes are seen on the poll
     pending = asyncio.ensure_future(anext(trigger.run()))
-    await _listening(pg_dsn, pg_schema)
+    await until_listening(pg_dsn, pg_schema, pending)
     assert not pending.done()
     router.set_quota("m", QUOTA)
     event = (await asyncio.wait_for(pending, 10)).payload

@@ -1,0 +1,43 @@
+"""What the benchmarks share: their sections of ``docs/benchmarks.md`` and clean-up."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import RouterSettings
+
+__all__ = ["drop_namespace", "publish", "write_section"]
+
+
+def write_section(path: Path, heading: str, text: str) -> None:
+    """Replace the section that starts with ``heading`` (up to the next ``## `` heading) by
+    ``text``, or append it: each benchmark rewrites only its own section."""
+    body = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.M | re.S)
+    section = text.rstrip() + "\n\n"
+    if pattern.search(body):
+        body = pattern.sub(lambda _: section, body, count=1)
+    else:
+        body = body.rstrip() + "\n\n" + section
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body.rstrip() + "\n")
+
+
+def drop_namespace(redis_url: str, namespace: str) -> None:
+    """Delete every key of a router namespace (a benchmark's own, made for one run)."""
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    try:
+        client.drop_namespace()
+    finally:
+        client.close()
+
+
+def publish(text: str, heading: str, out: Path, write: bool) -> None:
+    """Print a benchmark's section and, if ``write``, put it in ``out``."""
+    print()
+    print(text)
+    if write:
+        write_section(out, heading, text)
+        print(f"wrote {out}")
