@@ -280,8 +280,41 @@ def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any, capacit
         lines.append(f"| {r.label} | {r.solvers} | {r.solved:,} | {r.steady_per_s:.1f} |"
                      f" **{100 * r.steady_per_s / rate:.0f} %** | {r.makespan_s:.1f} |"
                      f" {share:.0f} % | {r.peak_in_flight} | {r.rejected_429} |")
-    lines += ["", "_Interpretation: see the paragraph below the table._", ""]
+    lines += ["", *interpretation(runs, rate, bound.makespan_s), ""]
     return "\n".join(lines)
+
+
+def interpretation(runs: list[Run], rate: float, bound_s: float) -> list[str]:
+    """What the rows say about the advice, in words, from this run's figures."""
+    by = {r.label: r for r in runs}
+    out = []
+    advised = by.get("advised")
+    if advised is not None:
+        share = advised.steady_per_s / rate
+        out.append(f"- Advised: {100 * share:.0f} % of `sum(R_m)` once under way"
+                   f" ({'meets' if share >= 0.95 else 'misses'} the 95 % target); the whole"
+                   f" run {100 * advised.of_bound(bound_s):.0f} % of the bound's makespan, the"
+                   " rest being the start and the tail of last calls.")
+    for r in runs:
+        if r is advised or advised is None:
+            continue
+        ratio = r.steady_per_s / advised.steady_per_s
+        verdict = ("clearly less: too few calls in flight for Little's law" if ratio < 0.9
+                   else "no more: the quotas, not the solvers, are the limit" if ratio < 1.05
+                   else "more: the advice was too low")
+        out.append(f"- {r.label} ({r.solvers} solvers): {100 * ratio:.0f} % of the advised"
+                   f" run's rate, {verdict}.")
+    spilled = [r for r in runs if r.rejected_429]
+    if spilled:
+        out.append("- 429s: " + ", ".join(f"{r.rejected_429} in the {r.label} run"
+                                          for r in spilled)
+                   + ". The router keeps each admission in its window for `guard_ms` (50 ms)"
+                   " longer than the provider would; a call that reaches the simulator later"
+                   " than that after its send stamp (the simulator's process starved of CPU"
+                   " on this shared 2-core machine; more solvers, more load) can land in a"
+                   " window the router had already closed. More solvers than advised add"
+                   " only such load.")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
