@@ -5,13 +5,18 @@ release would wake them all and cost one round trip each. Here they queue in one
 :class:`BatchAdmitter`; a single loop asks for all of them with ``admit_many`` (in queue
 order, so the caller's own priorities hold), hands out admissions, and sleeps until the next
 release, a new arrival, or the soonest computed wait.
+
+:meth:`BatchAdmitter.route_to` narrows where the waiting prompts may go (a drain's last
+prompts, kept off slow models): a request is sent with its allowed models cut to that set,
+or as it is when none of its models are in the set, and, should the narrowed request be
+impossible (too large for the models left), it is asked again as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import RELEASE_HELPS, AsyncRouterClient
@@ -26,6 +31,7 @@ class _Pending:
     request: AdmitRequest
     future: asyncio.Future[Admission | None]
     deadline: float
+    as_asked: bool = False  # a narrowed request was impossible: ask as the caller did
 
 
 class BatchAdmitter:
@@ -38,6 +44,7 @@ class BatchAdmitter:
         self._client = client
         self._pending: dict[str, _Pending] = {}
         self._task: asyncio.Task[None] | None = None
+        self._route: frozenset[str] | None = None
         self.round_trips = 0
 
     async def __aenter__(self) -> BatchAdmitter:
@@ -73,23 +80,49 @@ class BatchAdmitter:
         finally:
             self._pending.pop(request.request_id, None)
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for admission."""
+        return len(self._pending)
+
+    def route_to(self, models: frozenset[str] | None) -> None:
+        """Send waiting and new requests to these models only (None: where each asks)."""
+        if models == self._route:
+            return
+        self._route = models
+        if self._pending:
+            self._client.releases.poke()  # decide again now, with the new set
+
+    def _routed(self, p: _Pending) -> AdmitRequest:
+        r, allowed = p.request, self._route
+        if allowed is None or p.as_asked:
+            return r
+        if r.models is None:
+            return replace(r, models=tuple(sorted(allowed)), ordered=False)
+        kept = tuple(m for m in r.models if m in allowed)
+        return replace(r, models=kept) if kept and kept != r.models else r
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         releases = self._client.releases
         while self._pending:
             seen = releases.mark()
             batch = list(self._pending.values())
-            decisions = await self._client.admit_many([p.request for p in batch])
+            sent = [self._routed(p) for p in batch]
+            decisions = await self._client.admit_many(sent)
             self.round_trips += 1
             soonest = float("inf")
             on_release = False  # whether a release could end one of the waits
             expired: list[str] = []
             now = loop.time()
-            for p, decision in zip(batch, decisions, strict=True):
+            for p, request, decision in zip(batch, sent, decisions, strict=True):
                 if p.future.done():
                     continue
                 if isinstance(decision, Admission):
                     p.future.set_result(decision)
+                elif isinstance(decision, Rejection) and request is not p.request:
+                    p.as_asked = True  # impossible only as narrowed: ask again as asked
+                    soonest = 0.0
                 elif isinstance(decision, Rejection):
                     p.future.set_exception(
                         ImpossibleRequestError(decision.reason, decision.message()))

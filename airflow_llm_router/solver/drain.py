@@ -119,6 +119,8 @@ class _Draining:
     claims: dict[int, str] = field(default_factory=dict)
     results: list[SolveResult] = field(default_factory=list)
     watch: BacklogWatch | None = None
+    exhausted: bool = False  # the last claim came back short: the prompts now are the last
+    steered_at: float = 0.0
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a store call in a thread, one at a time. If the drain is cancelled meanwhile,
@@ -176,6 +178,16 @@ class _Draining:
                 return False
             await self.watch.arrival(left)
 
+    async def steer(self, solver: Solver) -> None:
+        """Once a second: with the backlog exhausted, keep the last waiting prompts off
+        models too slow to finish them first (``solver/tail.py``); else let them go
+        anywhere they allow."""
+        now = time.monotonic()
+        if now - self.steered_at < 1.0:
+            return
+        self.steered_at = now
+        await solver.route_tail(self.exhausted)
+
     async def close(self) -> None:
         if self.watch is not None:
             await self.watch.__aexit__(None, None, None)
@@ -203,13 +215,15 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
             if may_claim and (open_slots >= refill or not active):
                 want = min(open_slots, options.claim_batch)
                 claimed = await d.claim(want)
-                if len(claimed) < want:
+                d.exhausted = len(claimed) < want  # nothing more to claim for now
+                if d.exhausted:
                     quiet_until = time.monotonic() + 1.0
                 if claimed:
                     state.chunks += 1
                     solver.progress.total += len(claimed)
                     for item in chunk_items(claimed, options.max_output_tokens):
                         active.add(asyncio.create_task(solver.solve(item)))
+            await d.steer(solver)
             if not active:
                 if not await d.idle():
                     break

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from airflow_llm_router import metrics
+from airflow_llm_router.engine.advice import advise_from_stats
 from airflow_llm_router.engine.batching import BatchAdmitter
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
@@ -30,6 +31,7 @@ from airflow_llm_router.solver.backend import (
     call_single,
 )
 from airflow_llm_router.solver.items import SolveItem, SolveResult
+from airflow_llm_router.solver.tail import tail_models
 from airflow_llm_router.tokens import count_input_tokens
 
 __all__ = ["SolveOptions", "Solver", "solve_items", "solving"]
@@ -157,6 +159,20 @@ class Solver:
 
     def _left(self) -> float:
         return self.options.deadline - time.time()
+
+    async def route_tail(self, last: bool) -> None:
+        """With ``last`` (nothing left to claim), send the waiting prompts only to the
+        models that finish them soonest (:func:`tail_models`, from the router's latencies
+        and sustainable rates); otherwise wherever each prompt allows."""
+        if not last or not self.admitter.waiting:
+            self.admitter.route_to(None)
+            return
+        stats = await self.router.stats()
+        waiting = max(self.admitter.waiting, stats.waiting)
+        advice = advise_from_stats(stats, backlog=waiting)
+        models = {name: (m.latency_s, m.sustainable_rate_per_s if m.enabled else 0.0)
+                  for name, m in advice.models.items()}
+        self.admitter.route_to(tail_models(models, waiting))
 
     async def solve(self, item: SolveItem) -> SolveResult:
         async with self.slots:
