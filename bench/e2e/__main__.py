@@ -10,6 +10,7 @@ the benchmark's own section of ``docs/benchmarks.md`` and ``docs/bottlenecks.md`
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shlex
@@ -66,8 +67,9 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
             print(f"\n=== {name} ({workload.description}) / {design} ===", flush=True)
             raw = run_one(workload, design, opts)
             raw["load_average"] = os.getloadavg()
-            path = out / f"{name}-{design}.raw.json"
-            path.write_text(json.dumps(raw, separators=(",", ":")))
+            path = out / f"{name}-{design}.raw.json.gz"
+            with gzip.open(path, "wt") as f:
+                json.dump(raw, f, separators=(",", ":"))
             print(f"saved {path}", flush=True)
 
 

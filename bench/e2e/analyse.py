@@ -8,6 +8,7 @@ directory and writes ``metrics.json``, the plots and, if asked, the docs.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from collections.abc import Mapping
@@ -56,9 +57,27 @@ def workload_bound(raw: Mapping[str, Any], workload: Workload, capacity: Mapping
     return phased_bound(groups, capacity)
 
 
-def _peaks(stats: Mapping[str, Any]) -> dict[str, Any]:
+def as_is_routing_bound(workload: Workload, capacity: Mapping[str, Any]) -> dict[str, Any]:
+    """The least makespan the as-is design's fixed routing allows, however well it ran:
+    each task goes to one model (its first allowed one, else ``models[id % 10]``, ids from
+    1 in enqueue order, as ``example_dags/as_is_baseline.py`` picks), so the model with the
+    most work for its capacity sets ``max_m n_m / R_m``."""
+    models = list(capacity)
+    counts = Counter(t.allowed_models[0] if t.allowed_models else models[i % len(models)]
+                     for i, t in enumerate(workload.tasks, start=1))
+    times = {m: counts[m] / capacity[m].rate for m in counts}
+    worst = max(times, key=times.__getitem__)
+    return {"makespan_s": times[worst], "model": worst, "tasks": counts[worst]}
+
+
+def _peaks(stats: Mapping[str, Any], changes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Busiest windows over targets. A lowered model is held to its original target here
+    (``/stats`` peaks span the whole run); the new one is judged by :func:`_w3`."""
+    models = {m: dict(s) for m, s in stats["models"].items()}
+    for change in changes:
+        models[change["model"]]["limits"] = change["before"]
     per_model = {m: {"accepted": target_ratios(s), "offered": target_ratios(s, offered=True)}
-                 for m, s in stats["models"].items()}
+                 for m, s in models.items()}
 
     def worst(kind: str) -> float:
         return max((max(v[kind].values(), default=0.0) for v in per_model.values()),
@@ -139,7 +158,7 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
                   "binds": {m: c.binds for m, c in capacity.items()}},
         "rejected_429": stats["totals"]["rejected_429"],
         "requests": stats["totals"]["requests"],
-        "peaks": _peaks(stats),
+        "peaks": _peaks(stats, _events(raw, "quota_change")),
         "latency": _latency(rows), "dag_runs": runs,
         # Little's law: answered calls' summed latency over the makespan.
         "mean_calls_in_flight": sum(r["latency_s"] or 0.0 for r in rows if r["solved"])
@@ -147,11 +166,13 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
         "fan_out": bottlenecks.fan_out(timeline, {m: c.rate for m, c in capacity.items()}, k,
                                        first_call, last_answer),
         "tail": bottlenecks.tail(rows, reset),
+        "answered_by_s": bottlenecks.milestones(rows, reset + first_call, raw["tasks"]),
         "w3": _w3(raw, last_answer), "w4": _w4(raw, reset),
         "provenance": raw["provenance"], "load_average": raw.get("load_average"),
     }
     if raw["design"] == "as-is":
         out["batch_tails"] = bottlenecks.batch_tails(rows)
+        out["routing_bound"] = as_is_routing_bound(workload, capacity)
     else:
         solvers = max((r["workers"] for r in runs), default=0)
         out["in_flight"] = {
@@ -161,15 +182,23 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def read_raw(path: Path) -> dict[str, Any]:
+    """A raw run record, ``.raw.json`` or gzipped ``.raw.json.gz``."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt") as f:
+            return dict(json.load(f))
+    return dict(json.loads(path.read_text()))
+
+
 def analyse_dir(out: Path, docs: bool = False) -> list[dict[str, Any]]:
-    """Analyse every ``*.raw.json`` in ``out``; write metrics, plots and (if ``docs``) the
+    """Analyse every ``*.raw.json[.gz]`` in ``out``; write metrics, plots and (if ``docs``) the
     docs. Returns the metrics."""
     from bench.e2e import plots, report
 
     results = []
     raws = {}
-    for path in sorted(out.glob("*.raw.json")):
-        raw = json.loads(path.read_text())
+    for path in sorted(out.glob("*.raw.json*")):
+        raw = read_raw(path)
         metrics = analyse(raw)
         raws[(raw["workload"], raw["design"])] = raw
         results.append(metrics)

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.e2e.metrics import first_arrival_s, tumbling
 
-__all__ = ["batch_tails", "fan_out", "restarts", "tail"]
+__all__ = ["batch_tails", "fan_out", "milestones", "restarts", "tail"]
 
 #: Below this share of its capacity in a window a model counts as idle.
 IDLE_UTIL = 0.10
@@ -151,3 +151,16 @@ def tail(rows: Sequence[Mapping[str, Any]], reset_epoch: float, share: float = 0
         "models": {m: {"answers": len(v), "mean_latency_s": fmean(v)}
                    for m, v in sorted(by_model.items(), key=lambda kv: -len(kv[1]))},
     }
+
+
+def milestones(rows: Sequence[Mapping[str, Any]], origin: float, total: int,
+               shares: Sequence[float] = (0.5, 0.9, 0.95, 0.99, 1.0)) -> dict[str, float]:
+    """Seconds after ``origin`` (an epoch) at which each share of ``total`` tasks had been
+    answered; shares not reached are left out."""
+    times = sorted(r["solved"] - origin for r in rows if r["solved"] is not None)
+    out = {}
+    for share in shares:
+        n = max(1, round(share * total))
+        if n <= len(times):
+            out[f"{share:.0%}"] = times[n - 1]
+    return out

@@ -67,7 +67,7 @@ def _traffic_plot(raw: Mapping[str, Any], metrics: Mapping[str, Any], path: Path
     import matplotlib.pyplot as plt
 
     models = list(raw["backend"]["timeline"]["models"])
-    fig, axes = plt.subplots(5, 2, figsize=(10, 10), sharex=True, dpi=70)
+    fig, axes = plt.subplots(5, 2, figsize=(9, 9), sharex=True, dpi=60)
     first, end = metrics["first_call_s"], metrics["first_call_s"] + metrics["makespan_s"]
     for ax, model in zip(axes.flat, models, strict=False):
         s = traffic_series(raw, model, first, end)
@@ -88,7 +88,7 @@ def _traffic_plot(raw: Mapping[str, Any], metrics: Mapping[str, Any], path: Path
                  f"({raw['window_s']:g} s) as % of the target in force (dashed = 100 %)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, pil_kwargs={"optimize": True})
     plt.close(fig)
 
 
@@ -99,7 +99,7 @@ def _progress_plot(workload: str, raws: Mapping[str, Mapping[str, Any]],
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=70)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=60)
     bound = None
     for design, raw in raws.items():
         m = metrics[design]
@@ -113,7 +113,7 @@ def _progress_plot(workload: str, raws: Mapping[str, Mapping[str, Any]],
     ax.set_title(f"{workload}: answers over time")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, pil_kwargs={"optimize": True})
     plt.close(fig)
 
 

@@ -39,14 +39,28 @@ def _makespan(m: Mapping[str, Any]) -> str:
     if m["finished"]:
         return _f(m["makespan_s"])
     extra = _f(m["extrapolated_makespan_s"], "{:.0f}")
-    return (f"cut at {m['makespan_s']:.0f} ({m['solved']:,} of {m['tasks']:,} solved; "
-            f"~{extra} extrapolated)")
+    text = (f"cut at {m['makespan_s']:.0f} ({m['solved']:,} of {m['tasks']:,} solved; "
+            f"~{extra} at its mean rate")
+    routing = m.get("routing_bound")
+    if routing:
+        text += f"; its routing alone needs >= {routing['makespan_s']:.0f}"
+    return text + ")"
+
+
+def at_least_makespan(m: Mapping[str, Any]) -> float:
+    """The run's makespan, or for a run cut short a lower bound on it: the cut-off, or the
+    least time its routing allows if longer."""
+    if m["finished"]:
+        return float(m["makespan_s"])
+    routing = (m.get("routing_bound") or {}).get("makespan_s", 0.0)
+    return max(float(m["makespan_s"]), routing)
 
 
 def _row(m: Mapping[str, Any]) -> list[str]:
     lat, peaks = m["latency"], m["peaks"]
     return [m["workload"], m["design"], f"{m['solved']:,}/{m['tasks']:,}", _makespan(m),
-            _f(m["bound"]["makespan_s"]), f"{m['of_bound']:.0%}", _f(m["end_to_end_s"]),
+            _f(m["bound"]["makespan_s"]), f"{m['of_bound']:.0%}",
+            _f(m["end_to_end_s"]) + ("" if m["finished"] else " (cut)"),
             f"{m['rejected_429']:,}",
             f"{peaks['max_accepted']:.0%} ({peaks['max_offered']:.0%})",
             f"{_f(lat['p50_s'])} / {_f(lat['p95_s'])}"]
@@ -82,9 +96,10 @@ def targets(results: list[Mapping[str, Any]]) -> str:
     rows = []
     w1a, w1r = _find(results, "W1", "as-is"), _find(results, "W1", "router")
     if w1a and w1r:
-        as_is = w1a["makespan_s"] if w1a["finished"] else w1a["extrapolated_makespan_s"]
+        as_is = at_least_makespan(w1a)
         ratio = w1r["makespan_s"] / as_is if as_is else None
-        note = "" if w1a["finished"] else " (as-is makespan extrapolated from its throughput)"
+        note = "" if w1a["finished"] else (
+            f" at most (as-is not finished: its makespan is at least {as_is:.0f} s)")
         rows.append(["W1: router makespan <= 1/5 of as-is", f"{_f(ratio, '{:.3f}')}{note}",
                      _verdict(None if ratio is None else ratio <= 0.2)])
     for w in ("W1", "W2"):
@@ -110,13 +125,31 @@ def targets(results: list[Mapping[str, Any]]) -> str:
     return _markdown(["target", "measured", "verdict"], rows)
 
 
+def per_model_peaks(results: list[Mapping[str, Any]]) -> str:
+    """Each model's busiest window (or instant) over its target, per run: accepted, and in
+    brackets offered (refused calls included) when it differs."""
+    models = list(results[0]["peaks"]["models"])
+    header = ["model"] + [f"{m['workload']} {m['design']}" for m in results]
+    rows = []
+    for model in models:
+        row = [model]
+        for m in results:
+            p = m["peaks"]["models"][model]
+            acc = max(p["accepted"].values(), default=0.0)
+            off = max(p["offered"].values(), default=0.0)
+            row.append(f"{acc:.0%}" + (f" ({off:.0%})" if off > acc + 0.005 else ""))
+        rows.append(row)
+    return _markdown(header, rows)
+
+
 def _events_text(results: list[Mapping[str, Any]]) -> str:
     lines = []
     for m in results:
         if m["w3"]:
             w = m["w3"]
+            limits = ", ".join(f"{k} {v:,}" for k, v in w["new_limits"].items() if v)
             lines.append(
-                f"- W3 / {m['design']}: `{w['model']}` lowered to {w['new_limits']} at "
+                f"- W3 / {m['design']}: `{w['model']}` lowered to {limits} at "
                 f"{w['at_s'] - m['first_call_s']:.1f} s after the first call; windows that "
                 f"started after the change: peak {w['peak_after']:.0%} of the new target; "
                 f"windows spanning it: peak {w['peak_transition']:.0%}; within the new target "
@@ -127,10 +160,12 @@ def _events_text(results: list[Mapping[str, Any]]) -> str:
             drained = (f"drained at {w['bulk_last_answer_s'] - m['first_call_s']:.1f} s"
                        if not w["bulk_left_at_end"]
                        else f"not drained ({w['bulk_left_at_end']} left)")
+            answers = (f"hot time to answer p50 {_f(hot['p50_s'])} s, p95 {_f(hot['p95_s'])} s "
+                       f"({w['hot_p95_windows']:.2f} windows; {hot['n']} of "
+                       f"{hot['n'] + w['hot_unsolved']} answered)" if hot["n"]
+                       else f"no hot task answered ({w['hot_unsolved']} waiting)")
             lines.append(
-                f"- W4 / {m['design']}: hot time to answer p50 {_f(hot['p50_s'])} s, p95 "
-                f"{_f(hot['p95_s'])} s ({w['hot_p95_windows']:.2f} windows; {hot['n']} of "
-                f"{hot['n'] + w['hot_unsolved']} answered); last hot arrival at "
+                f"- W4 / {m['design']}: {answers}; last hot arrival at "
                 f"{w['last_hot_arrival_s'] - m['first_call_s']:.1f} s after the first call, "
                 f"bulk backlog {drained}.")
     return "\n".join(lines)
@@ -146,18 +181,28 @@ def _doc_image(images: Mapping[str, Path], stem: str) -> str | None:
     return f"img/{target.name}"
 
 
+def _run_date(out: Path) -> str:
+    """The run's start from its directory name (``%Y%m%d-%H%M%S``, UTC)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.strptime(out.name, "%Y%m%d-%H%M%S"))
+    except ValueError:
+        return time.strftime("%Y-%m-%d", time.gmtime())
+
+
 def benchmarks_section(results: list[Mapping[str, Any]], images: Mapping[str, Path],
                        out: Path) -> str:
     first = results[0]
     command = (out / "command.txt").read_text().strip() if (out / "command.txt").exists() \
         else "python -m bench.e2e"
-    prov = first["provenance"]
+    commits = ", ".join(dict.fromkeys(m["provenance"]["commit"] for m in results))
     changed = ", ".join(sorted({line[3:].split("/")[1] if "/" in line[3:] else line[3:]
-                                for line in prov["uncommitted"]}))
+                                for m in results for line in m["provenance"]["uncommitted"]}))
     loads = ", ".join(f"{m['workload']}/{m['design']} {m['load_average'][0]:.1f}"
                       for m in results if m.get("load_average"))
     plots = []
     for m in results:
+        if m["workload"] == "W4":  # W4's point is time to answer, given above
+            continue
         for kind in ("traffic", "progress"):
             stem = f"{m['workload']}-{m['design']}-traffic" if kind == "traffic" \
                 else f"{m['workload']}-progress"
@@ -167,8 +212,11 @@ def benchmarks_section(results: list[Mapping[str, Any]], images: Mapping[str, Pa
             if rel:
                 plots.append(f"![{stem}]({rel})")
     return "\n".join([
-        f"- Command: `{command}` (saved in `bench/results/{out.name}/`), run "
-        f"{time.strftime('%Y-%m-%d', time.gmtime())}, commit {prov['commit']}"
+        f"- Command: `{command}` (raw records in `bench/results/{out.name}/`; this section, "
+        f"`docs/bottlenecks.md`'s tables and the plots: `python -m bench.e2e --analyse "
+        f"bench/results/{out.name} --docs`), run "
+        f"{_run_date(out)}, at commit(s) {commits} (the runs follow each other; other "
+        "engineers committed meanwhile)"
         + (f" with uncommitted changes in the working tree ({changed})" if changed else "")
         + ".",
         "- Machine: 2 CPUs, shared with other engineers' builds and tests while it ran "
@@ -195,13 +243,20 @@ def benchmarks_section(results: list[Mapping[str, Any]], images: Mapping[str, Pa
         "",
         summary_table(results),
         "",
+        "Peak window per model, as % of its target (the largest of rpm, tpm and "
+        "concurrency; W3: the old targets, the change is judged below; in brackets: offered "
+        "calls, refused ones included, where higher):",
+        "",
+        per_model_peaks(results),
+        "",
         "Targets of the issue, judged on these figures:",
         "",
         targets(results),
         "",
         _events_text(results),
         "",
-        "Bottlenecks, measured on the same runs: [bottlenecks.md](bottlenecks.md).",
+        "Bottlenecks, measured on the same runs, what the router removes, and where it "
+        "still loses time (why a target is missed): [bottlenecks.md](bottlenecks.md).",
         "",
         *plots,
     ])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.e2e.bottlenecks import batch_tails, fan_out, restarts, tail
+from bench.e2e.bottlenecks import batch_tails, fan_out, milestones, restarts, tail
 
 
 def test_batches_are_rebuilt_from_one_write_back_instant() -> None:
@@ -63,3 +63,9 @@ def test_tail_names_the_models_of_the_last_answers() -> None:
     out = tail(rows, 0.0)
     assert out["tail_s"] == pytest.approx(25.0 - 19.0)
     assert out["models"] == {"slow": {"answers": 1, "mean_latency_s": 9.0}}
+
+
+def test_milestones_are_the_times_shares_of_the_tasks_were_answered() -> None:
+    rows = [{"solved": 100.0 + i} for i in range(1, 11)] + [{"solved": None}] * 10
+    out = milestones(rows, 100.0, 20)
+    assert out == {"50%": 10.0}  # the 10th answer; 90 % and more were never reached
