@@ -10,6 +10,7 @@ the benchmark's own section of ``docs/benchmarks.md`` and ``docs/bottlenecks.md`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -47,6 +48,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "docs/bottlenecks.md and the plots in docs/img/")
     p.add_argument("--analyse", type=Path, metavar="DIR",
                    help="only analyse the raw runs saved in DIR")
+    p.add_argument("--airflow-home", type=Path, metavar="DIR",
+                   help="keep each run's AIRFLOW_HOME (component and task logs) in "
+                        "DIR/<workload>-<design> instead of a temporary directory")
     return p.parse_args(argv)
 
 
@@ -65,7 +69,8 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
         workload = build(name, args.seed, models)
         for design in args.designs:
             print(f"\n=== {name} ({workload.description}) / {design} ===", flush=True)
-            raw = run_one(workload, design, opts)
+            home = args.airflow_home / f"{name}-{design}" if args.airflow_home else None
+            raw = run_one(workload, design, dataclasses.replace(opts, keep_home=home))
             raw["load_average"] = os.getloadavg()
             path = out / f"{name}-{design}.raw.json.gz"
             with gzip.open(path, "wt") as f:

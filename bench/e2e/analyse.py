@@ -22,6 +22,7 @@ from bench.e2e.bound import PhasedBound, halved, phased_bound, release_bound
 from bench.e2e.metrics import (
     first_arrival_s,
     follow_change,
+    last_arrival_s,
     percentile,
     target_ratios,
     time_to_answer,
@@ -167,6 +168,7 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
                                        first_call, last_answer),
         "tail": bottlenecks.tail(rows, reset),
         "answered_by_s": bottlenecks.milestones(rows, reset + first_call, raw["tasks"]),
+        "last_call_s": (last_arrival_s(timeline) or first_call) - first_call,
         "w3": _w3(raw, last_answer), "w4": _w4(raw, reset),
         "provenance": raw["provenance"], "load_average": raw.get("load_average"),
     }

@@ -17,6 +17,7 @@ __all__ = [
     "ChangeFollow",
     "first_arrival_s",
     "follow_change",
+    "last_arrival_s",
     "percentile",
     "rolling",
     "target_ratios",
@@ -66,6 +67,14 @@ def first_arrival_s(timeline: Mapping[str, Any], after_s: float = 0.0) -> float 
         if index is not None and (first is None or index < first):
             first = index
     return None if first is None else first * bucket
+
+
+def last_arrival_s(timeline: Mapping[str, Any]) -> float | None:
+    """End of the last bucket in which any model saw an arrival; None if none did."""
+    bucket = float(timeline["bucket_s"])
+    last = [max((i for i, n in enumerate(s["requests"]) if n), default=-1)
+            for s in timeline["models"].values()]
+    return None if max(last, default=-1) < 0 else (max(last) + 1) * bucket
 
 
 def time_to_answer(rows: Iterable[Mapping[str, Any]], priority: str | None = None

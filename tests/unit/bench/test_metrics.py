@@ -7,6 +7,7 @@ import pytest
 from bench.e2e.metrics import (
     first_arrival_s,
     follow_change,
+    last_arrival_s,
     percentile,
     rolling,
     target_ratios,
@@ -70,3 +71,10 @@ def test_traffic_over_a_lowered_target_after_a_window_is_reported() -> None:
     follow = follow_change(series([2, 2, 2, 2, 1, 1, 1, 1]), 1.0, 2, 3.0, 8.0, {"rpm": 2})
     assert follow.peak_after == pytest.approx(1.5)  # [3 s, 5 s) holds 3
     assert follow.settled_after_windows == pytest.approx(1.0)  # over until 5 s
+
+
+def test_last_arrival_is_the_end_of_the_last_busy_bucket() -> None:
+    timeline = {"bucket_s": 0.5, "models": {"a": {"requests": [1, 0, 0]},
+                                             "b": {"requests": [0, 2, 0]}}}
+    assert last_arrival_s(timeline) == 1.0
+    assert last_arrival_s({"bucket_s": 1, "models": {"a": {"requests": [0]}}}) is None
