@@ -67,7 +67,7 @@ def phased_bound(groups: Mapping[Group, int], before: Mapping[str, ModelCapacity
     best, binding = 0.0, ()
     for size in range(1, len(keys) + 1):
         for subset in combinations(keys, size):
-            models = {m for g in subset for m in _allowed(g, before)}
+            models = sorted({m for g in subset for m in _allowed(g, before)})  # stable sums
             rate = sum(before[m].rate for m in models)
             if rate <= 0:
                 raise ValueError(f"prompts allowing {subset} can go to no known model")

@@ -237,7 +237,8 @@ def benchmarks_section(results: list[Mapping[str, Any]], images: Mapping[str, Pa
         "bound's throughput (= bound makespan / makespan when all is solved). Peak window: "
         "the backend's busiest sliding window (requests, tokens) or instant (concurrency) "
         "over the target, accepted calls, and in brackets offered ones (refused included). "
-        "Time to answer: enqueue -> answer, per task.",
+        "Time to answer: enqueue -> answer, per task (for a run cut short: of the tasks "
+        "it answered, so flattering). A run cut short is judged on its rate until the cut.",
         "- Bound: per model `R_m = min(rpm/W, tpm/(W*t), max_concurrency/L)`, t and L the "
         "mean tokens and latency of the workload's prompts on that model (the simulator's "
         "draws); the fluid makespan is the largest `n(S) / R(S)` over the sets S of "
