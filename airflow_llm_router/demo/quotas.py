@@ -18,7 +18,10 @@ def router_quotas(profile: SimulatorProfile) -> dict[str, dict[str, Any]]:
     (``window_s / time_scale``), so the router's targets are exactly the backend's limits.
 
     The first output-token estimate is twice the model's mean (conservative until the
-    engine has learned the real P95 from settled calls).
+    engine has learned the real P95 from settled calls). The latency prior is the model's
+    median latency (wall clock), what a platform team would configure from the provider's
+    figures: the advice and the drain's end-of-backlog routing use it until the first
+    calls are observed.
     """
     window = profile.scaled_window_s
     return {
@@ -28,6 +31,7 @@ def router_quotas(profile: SimulatorProfile) -> dict[str, dict[str, Any]]:
             "max_concurrency": m.max_concurrency or UNLIMITED,
             "window_s": window,
             "expected_output_tokens": min(2 * m.output_tokens_mean, m.output_tokens_max),
+            "expected_latency_s": m.median_s * profile.slowdown / profile.time_scale,
         }
         for m in profile.models
     }

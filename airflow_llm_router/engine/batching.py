@@ -7,9 +7,10 @@ order, so the caller's own priorities hold), hands out admissions, and sleeps un
 release, a new arrival, or the soonest computed wait.
 
 :meth:`BatchAdmitter.route_to` narrows where the waiting prompts may go (a drain's last
-prompts, kept off slow models): a request is sent with its allowed models cut to that set,
-or as it is when none of its models are in the set, and, should the narrowed request be
-impossible (too large for the models left), it is asked again as it is.
+prompts, kept off slow models): an any-model request tries the given models in order, a
+request with its own list keeps the models of it that are in the set (or its whole list
+when none are), and, should the narrowed request be impossible (too large for the models
+left), it is asked again as it is.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class BatchAdmitter:
         self._client = client
         self._pending: dict[str, _Pending] = {}
         self._task: asyncio.Task[None] | None = None
-        self._route: frozenset[str] | None = None
+        self._route: tuple[str, ...] | None = None
         self.round_trips = 0
 
     async def __aenter__(self) -> BatchAdmitter:
@@ -85,8 +86,9 @@ class BatchAdmitter:
         """Requests waiting for admission."""
         return len(self._pending)
 
-    def route_to(self, models: frozenset[str] | None) -> None:
-        """Send waiting and new requests to these models only (None: where each asks)."""
+    def route_to(self, models: tuple[str, ...] | None) -> None:
+        """Send waiting and new requests to these models only, an any-model request trying
+        them in this order (None: where each asks, as it asks)."""
         if models == self._route:
             return
         self._route = models
@@ -98,8 +100,8 @@ class BatchAdmitter:
         if allowed is None or p.as_asked:
             return r
         if r.models is None:
-            return replace(r, models=tuple(sorted(allowed)), ordered=False)
-        kept = tuple(m for m in r.models if m in allowed)
+            return replace(r, models=allowed, ordered=True)
+        kept = tuple(m for m in r.models if m in allowed)  # in the request's own order
         return replace(r, models=kept) if kept and kept != r.models else r
 
     async def _run(self) -> None:

@@ -119,7 +119,6 @@ class _Draining:
     claims: dict[int, str] = field(default_factory=dict)
     results: list[SolveResult] = field(default_factory=list)
     watch: BacklogWatch | None = None
-    exhausted: bool = False  # the last claim came back short: the prompts now are the last
     steered_at: float = 0.0
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -178,15 +177,15 @@ class _Draining:
                 return False
             await self.watch.arrival(left)
 
-    async def steer(self, solver: Solver) -> None:
-        """Once a second: with the backlog exhausted, keep the last waiting prompts off
-        models too slow to finish them first (``solver/tail.py``); else let them go
-        anywhere they allow."""
-        now = time.monotonic()
-        if now - self.steered_at < 1.0:
+    async def steer(self, solver: Solver, *, now: bool = False) -> None:
+        """Once a second while prompts wait for admission (and with ``now``, before the
+        first claim, so the first prompts too): keep them off models too slow to finish
+        what is left first (``solver/tail.py``)."""
+        now_s = time.monotonic()
+        if not now and (now_s - self.steered_at < 1.0 or not solver.admitter.waiting):
             return
-        self.steered_at = now
-        await solver.route_tail(self.exhausted)
+        self.steered_at = now_s
+        await solver.route_tail(await self.call(self.store.backlog_size))
 
     async def close(self) -> None:
         if self.watch is not None:
@@ -209,14 +208,14 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, options.max_in_flight // 10, options.claim_batch))
     try:
+        await d.steer(solver, now=True)
         while True:
             open_slots = options.max_in_flight - len(active)
             may_claim = time.time() < options.deadline and time.monotonic() >= quiet_until
             if may_claim and (open_slots >= refill or not active):
                 want = min(open_slots, options.claim_batch)
                 claimed = await d.claim(want)
-                d.exhausted = len(claimed) < want  # nothing more to claim for now
-                if d.exhausted:
+                if len(claimed) < want:
                     quiet_until = time.monotonic() + 1.0
                 if claimed:
                     state.chunks += 1

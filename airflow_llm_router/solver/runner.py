@@ -31,7 +31,7 @@ from airflow_llm_router.solver.backend import (
     call_single,
 )
 from airflow_llm_router.solver.items import SolveItem, SolveResult
-from airflow_llm_router.solver.tail import tail_models
+from airflow_llm_router.solver.tail import ModelPace, tail_models
 from airflow_llm_router.tokens import count_input_tokens
 
 __all__ = ["SolveOptions", "Solver", "solve_items", "solving"]
@@ -160,19 +160,22 @@ class Solver:
     def _left(self) -> float:
         return self.options.deadline - time.time()
 
-    async def route_tail(self, last: bool) -> None:
-        """With ``last`` (nothing left to claim), send the waiting prompts only to the
-        models that finish them soonest (:func:`tail_models`, from the router's latencies
-        and sustainable rates); otherwise wherever each prompt allows."""
-        if not last or not self.admitter.waiting:
-            self.admitter.route_to(None)
-            return
+    async def route_tail(self, backlog: int) -> None:
+        """Send the waiting prompts to the models that finish what is left soonest
+        (:func:`tail_models`: the backlog plus the prompts waiting for admission, here or,
+        if more, at the router), from the router's latencies, sustainable rates and windows;
+        for a long backlog, wherever each prompt allows."""
         stats = await self.router.stats()
-        waiting = max(self.admitter.waiting, stats.waiting)
-        advice = advise_from_stats(stats, backlog=waiting)
-        models = {name: (m.latency_s, m.sustainable_rate_per_s if m.enabled else 0.0)
-                  for name, m in advice.models.items()}
-        self.admitter.route_to(tail_models(models, waiting))
+        left = backlog + max(self.admitter.waiting, stats.waiting)
+        advice = advise_from_stats(stats, backlog=left)
+        paces = {}
+        for name, m in advice.models.items():
+            s = stats.models[name]
+            q = s.quota
+            room = q is not None and s.requests < q.rpm and s.in_flight < q.max_concurrency
+            paces[name] = ModelPace(m.latency_s, m.sustainable_rate_per_s if m.enabled else 0.0,
+                                    room and s.cooldown_ms == 0)
+        self.admitter.route_to(tail_models(paces, left))
 
     async def solve(self, item: SolveItem) -> SolveResult:
         async with self.slots:

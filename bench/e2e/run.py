@@ -127,14 +127,17 @@ class Watch:
             self.change_quota(change.factor)
 
     def change_quota(self, factor: float) -> None:
-        """Lower the busiest model's limits at the provider and its target in the router."""
+        """Lower the busiest model's target in the router, then its limits at the provider
+        (a planned cut: the team lowers the target, the provider enforces it from then on).
+        The other order would have the provider refuse calls admitted under the old target
+        in the moment between the two changes, which measures that moment, not the router."""
         model = busiest_model(self.svc.profile, self.workload)
         before = self.http.get("/limits").json()[model]
         provider = _scaled(before, factor)
-        self.http.put(f"/limits/{model}", json=provider).raise_for_status()
         quota = router_quotas(self.svc.profile)[model]
         quota.update({k: v for k, v in provider.items() if v is not None})
         self.svc.router.set_quota(model, quota)
+        self.http.put(f"/limits/{model}", json=provider).raise_for_status()
         self.change_done = True
         self.events.append({"at": self.now(), "event": "quota_change", "model": model,
                             "limits": provider, "before": before})

@@ -13,7 +13,8 @@ def test_quotas_mirror_the_profile() -> None:
     quotas = router_quotas(profile)
     assert set(quotas) == {m.name for m in profile.models}
     assert quotas["coder"] == {"rpm": 90, "tpm": 40_000, "max_concurrency": 16,
-                               "window_s": 6.0, "expected_output_tokens": 1600}
+                               "window_s": 6.0, "expected_output_tokens": 1600,
+                               "expected_latency_s": 1.0}  # its median, 10 s, scaled
     assert quotas["flash-mini"]["max_concurrency"] == UNLIMITED  # null at the provider
 
 
