@@ -308,12 +308,14 @@ def interpretation(runs: list[Run], rate: float, bound_s: float) -> list[str]:
     if spilled:
         out.append("- 429s: " + ", ".join(f"{r.rejected_429} in the {r.label} run"
                                           for r in spilled)
-                   + ". The router keeps each admission in its window for `guard_ms` (50 ms)"
-                   " longer than the provider would; a call that reaches the simulator later"
-                   " than that after its send stamp (the simulator's process starved of CPU"
-                   " on this shared 2-core machine; more solvers, more load) can land in a"
-                   " window the router had already closed. More solvers than advised add"
-                   " only such load.")
+                   + f" (of {runs[0].solved:,} calls each). The router keeps each admission"
+                   " in its window for `guard_ms` (50 ms, 1.7 % of this 3 s window) longer"
+                   " than the provider would. A call that reaches the simulator more than"
+                   " that after its send stamp can land in a window the router had already"
+                   " closed: for example, the calls of a burst admitted the moment a window"
+                   " frees, queued in the simulator's one process on this shared 2-core"
+                   " machine. At real windows (60 s) the guard is 0.08 % of the window and"
+                   " can be raised at no measurable cost.")
     return out
 
 
