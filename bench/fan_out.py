@@ -41,6 +41,7 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from airflow_llm_router.demo.bound import capacities, makespan_bound  # noqa: E402
+from airflow_llm_router.demo.quotas import router_quotas  # noqa: E402
 from airflow_llm_router.demo.seed import make_backlog  # noqa: E402
 from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
@@ -51,11 +52,11 @@ from airflow_llm_router.triggers.solve import SolveTrigger  # noqa: E402
 from bench.common import drop_namespace, publish  # noqa: E402
 
 SECTION = "## Fan-out: advised parallelism against the capacity bound"
-UNLIMITED = 10**9
-
 # name, median latency s, output tokens mean, rpm, max_concurrency (provider time, 60 s window).
 # Latencies vary little (sigma 0.25, at most twice the median) so that a run's tail, which
-# no fan-out can shorten, stays small against a run of ~20 windows.
+# no fan-out can shorten, stays small against a run of ~20 windows. The router's quotas are
+# the demo's: the provider's limits, with each model's median latency and twice its mean
+# output as the priors a platform team would configure.
 MODELS: list[tuple[str, float, int, int, int | None]] = [
     ("quick", 15.0, 150, 60, None),
     ("steady", 30.0, 300, 50, None),
@@ -72,22 +73,6 @@ def bench_profile(time_scale: float, seed: int) -> SimulatorProfile:
         for name, median, out, rpm, conc in MODELS
     ]
     return SimulatorProfile(time_scale=time_scale, seed=seed, models=models)
-
-
-def router_quotas(profile: SimulatorProfile) -> dict[str, dict[str, Any]]:
-    """The provider's limits as targets, and the configured priors a platform team would
-    set: the median latency and mean output tokens of each model (wall-clock seconds)."""
-    return {
-        m.name: {
-            "rpm": m.rpm or UNLIMITED,
-            "tpm": m.tpm or UNLIMITED,
-            "max_concurrency": m.max_concurrency or UNLIMITED,
-            "window_s": profile.scaled_window_s,
-            "expected_latency_s": m.median_s / profile.time_scale,
-            "expected_output_tokens": m.output_tokens_mean * 2,
-        }
-        for m in profile.models
-    }
 
 
 @dataclass

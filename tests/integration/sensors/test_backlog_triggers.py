@@ -7,7 +7,7 @@ import asyncio
 import importlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,7 +15,6 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.sensors.backpressure import BackpressureSensor
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.backlog import BacklogArrivalTrigger, BackpressureTrigger
@@ -30,20 +29,6 @@ def conns(monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str) -> None:
         {"conn_type": "llm_router", "host": "127.0.0.1", "port": 6379,
          "extra": {"namespace": namespace}}))
     monkeypatch.setenv("AIRFLOW_CONN_POSTGRES_WATCH", pg_dsn)
-
-
-@pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[TaskStore]:
-    with TaskStore(pg_dsn, schema=pg_schema) as s:
-        s.migrate()
-        yield s
-
-
-@pytest.fixture
-def router(namespace: str, redis_url: str) -> Iterator[RouterClient]:
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    yield client
-    client.close()
 
 
 def _roundtrip(trigger: BaseTrigger) -> BaseTrigger:

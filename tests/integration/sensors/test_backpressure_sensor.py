@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.sensors.backpressure import BackpressureSensor
 from airflow_llm_router.store import TaskStore
 
@@ -23,20 +21,6 @@ def sensor(monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str,
     return BackpressureSensor(task_id="advice", router_conn_id="llm_router_sensor",
                               postgres_conn_id="postgres_sensor", store_schema=pg_schema,
                               per_solver_in_flight=4, max_solvers=8)
-
-
-@pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Any:
-    with TaskStore(pg_dsn, schema=pg_schema) as s:
-        s.migrate()
-        yield s
-
-
-@pytest.fixture
-def router(namespace: str, redis_url: str) -> Any:
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    yield client
-    client.close()
 
 
 def test_keeps_poking_on_an_empty_backlog(sensor: BackpressureSensor, store: TaskStore,
