@@ -11,6 +11,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="llmr-airflow-"))
 os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
@@ -68,3 +69,24 @@ def pg_schema() -> Iterator[str]:
 @pytest.fixture
 def pg_dsn() -> str:
     return POSTGRES_DSN
+
+
+@pytest.fixture
+def router(namespace: str, redis_url: str) -> Iterator[Any]:
+    """A sync router client on the test's own namespace."""
+    from airflow_llm_router.engine.client import RouterClient
+    from airflow_llm_router.engine.types import RouterSettings
+
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def store(pg_dsn: str, pg_schema: str) -> Iterator[Any]:
+    """A migrated task store; closed before ``pg_schema`` drops the schema."""
+    from airflow_llm_router.store import TaskStore
+
+    with TaskStore(pg_dsn, schema=pg_schema) as task_store:
+        task_store.migrate()
+        yield task_store

@@ -11,7 +11,6 @@ import pytest
 
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.solver.items import SolveItem
 from airflow_llm_router.triggers.solve import SolveTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
@@ -61,13 +60,6 @@ def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdListener]:
             conf.set("metrics", key, value)
     metrics._initialized = False  # the next user re-reads [metrics]
     listener.sock.close()
-
-
-@pytest.fixture
-def router(namespace: str, redis_url: str) -> Iterator[RouterClient]:
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    yield client
-    client.close()
 
 
 async def test_solving_counts_admissions_waits_and_429s(

@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
 
@@ -25,20 +24,6 @@ def _run_drain(schema: str) -> str:
 
 def _prompts(n: int) -> list[str]:
     return [f"Task {i}: summarise the following notes. " + "note " * (i % 40) for i in range(n)]
-
-
-@pytest.fixture
-def store(pg_dsn: str, pg_schema: str):
-    with TaskStore(pg_dsn, schema=pg_schema) as s:
-        s.migrate()
-        yield s
-
-
-@pytest.fixture
-def router(namespace: str, redis_url: str):
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    yield client
-    client.close()
 
 
 @pytest.mark.slow

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from tests.conftest import delete_namespace
-
-
-@pytest.fixture
-def router(namespace: str, redis_url: str) -> Iterator[RouterClient]:
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    yield client
-    client.close()
 
 
 @pytest.fixture

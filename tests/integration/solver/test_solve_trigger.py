@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.solver.items import SolveItem
 from airflow_llm_router.triggers.solve import SolveTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
@@ -28,13 +27,6 @@ def _trigger(items: list[dict], seconds: float = 60) -> SolveTrigger:
 
 async def _event(trigger: SolveTrigger) -> dict:
     return (await anext(trigger.run())).payload
-
-
-@pytest.fixture
-def router(namespace: str, redis_url: str):
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    yield client
-    client.close()
 
 
 async def test_run_solves_every_item_within_limits(

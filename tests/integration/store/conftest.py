@@ -12,14 +12,6 @@ from airflow_llm_router.store import TaskStore
 
 
 @pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[TaskStore]:
-    """A migrated store; closed before ``pg_schema`` drops the schema."""
-    with TaskStore(pg_dsn, schema=pg_schema) as task_store:
-        task_store.migrate()
-        yield task_store
-
-
-@pytest.fixture
 def other_store(pg_dsn: str, pg_schema: str, store: TaskStore) -> Iterator[TaskStore]:
     """A second worker's store on the same table, with its own connection."""
     with TaskStore(pg_dsn, schema=pg_schema) as task_store:
