@@ -29,3 +29,22 @@ class StaleClaimError(RouterError):
 
 class TaskStoreError(RouterError):
     """The task store could not carry out a request."""
+
+
+class TaskValidationError(TaskStoreError, ValueError):
+    """An argument to the task store is invalid; ``field`` names it and the message the fix."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class QuotaStoreError(RouterError):
+    """The quota store could not carry out a change; nothing of it was applied."""
+
+
+class QuotaNotFoundError(QuotaStoreError, KeyError):
+    """The model has no quota to patch or delete."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
 from airflow.sdk import BaseHook
 
-from airflow_llm_router.solver.backend import BackendConfig, BackendFields, ShardedClient
+from airflow_llm_router.backend import BackendConfig, BackendFields
 
-__all__ = ["ModelsBackendHook", "backend_config", "http_client"]
+__all__ = ["ModelsBackendHook", "backend_config"]
 
 
 def backend_config(conn: Any) -> BackendConfig:
@@ -77,12 +76,3 @@ class ModelsBackendHook(BaseHook):
         except httpx.HTTPError as err:
             return False, f"cannot reach {config.base_url}: {err}"
         return response.status_code < 500, f"{config.base_url} answered {response.status_code}"
-
-
-async def http_client(config: BackendConfig, max_connections: int) -> ShardedClient:
-    """An async HTTP client for the backend, sized for ``max_connections`` calls at once.
-
-    Built in a worker thread: each pool loads TLS settings (~0.1 s), which would otherwise
-    stall every trigger sharing the triggerer's event loop.
-    """
-    return await asyncio.to_thread(ShardedClient, config, max_connections)

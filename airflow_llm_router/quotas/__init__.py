@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from airflow_llm_router.quotas.errors import QuotaNotFoundError, QuotaStoreError
+from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError
 from airflow_llm_router.quotas.loader import parse_quota_document, read_quota_file
-from airflow_llm_router.quotas.store import AuditEntry, QuotaChange, QuotaRecord, QuotaStore
+from airflow_llm_router.quotas.quota_store import AuditEntry, QuotaChange, QuotaRecord, QuotaStore
 
 __all__ = [
     "AuditEntry",

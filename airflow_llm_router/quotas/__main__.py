@@ -18,9 +18,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from airflow_llm_router.exceptions import QuotaValidationError
+from airflow_llm_router.exceptions import QuotaStoreError, QuotaValidationError
 from airflow_llm_router.quotas.config import QuotaConfig
-from airflow_llm_router.quotas.errors import QuotaStoreError
 from airflow_llm_router.quotas.loader import read_quota_file
 
 

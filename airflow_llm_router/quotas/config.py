@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.quotas.store import QuotaStore
-from airflow_llm_router.store import TaskStore
+from airflow_llm_router.pg import dsn_from_connection
+from airflow_llm_router.quotas.quota_store import QuotaStore
 
 SECTION = "llm_router"
 
@@ -62,5 +62,5 @@ class QuotaConfig:
             from airflow.sdk import BaseHook
 
             postgres_conn = BaseHook.get_connection(self.postgres_conn_id)
-        dsn = TaskStore.dsn_from_connection(postgres_conn)
+        dsn = dsn_from_connection(postgres_conn)
         return QuotaStore(dsn, router, schema=self.schema, table=self.table)

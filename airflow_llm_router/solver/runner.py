@@ -17,19 +17,19 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from airflow_llm_router import metrics
-from airflow_llm_router.engine.advice import advise_from_stats
-from airflow_llm_router.engine.batching import BatchAdmitter
-from airflow_llm_router.engine.client import AsyncRouterClient
-from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import AdmitRequest
-from airflow_llm_router.exceptions import ImpossibleRequestError
-from airflow_llm_router.solver.backend import (
+from airflow_llm_router.backend import (
     BackendConfig,
     CallResult,
     ShardedClient,
     call_batch,
     call_single,
 )
+from airflow_llm_router.engine.advice import advise_from_stats
+from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine.types import AdmitRequest
+from airflow_llm_router.exceptions import ImpossibleRequestError
+from airflow_llm_router.solver.admitter import BatchAdmitter
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.tail import ModelPace, tail_models
 from airflow_llm_router.tokens import count_input_tokens

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_llm_router.store.errors import TaskValidationError
+from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.store.models import (
     BULK,
     CLAIMED,
@@ -17,7 +17,7 @@ from airflow_llm_router.store.models import (
     TaskResult,
     TaskRow,
 )
-from airflow_llm_router.store.schema import LATEST_VERSION
+from airflow_llm_router.store.task_schema import LATEST_VERSION
 from airflow_llm_router.store.task_store import TaskStore
 
 __all__ = [

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from airflow_llm_router.store.errors import TaskValidationError
+from airflow_llm_router.exceptions import TaskValidationError
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -30,7 +29,6 @@ PRIORITIES: tuple[str, ...] = (HOT, BULK)
 #: ``last_error`` is diagnostics, not a log: anything longer is cut to this many characters.
 MAX_ERROR_CHARS = 4000
 
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -135,17 +133,6 @@ class TaskFailure:
 
 
 # --- validation -------------------------------------------------------------------------
-
-
-def validate_identifier(field_name: str, value: object) -> str:
-    """Return ``value`` if it is a safe lower-case PostgreSQL identifier, else raise."""
-    if not isinstance(value, str) or not _IDENTIFIER.match(value):
-        raise TaskValidationError(
-            field_name,
-            f"{value!r} is not a valid name; use 1-63 characters of lower-case letters, "
-            "digits and underscores, not starting with a digit (e.g. 'llm_router')",
-        )
-    return value
 
 
 def validate_prompts(prompts: object) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from airflow_llm_router.store.schema import TableNames
+from airflow_llm_router.pg import TableNames
 
 #: Columns of a claimed task, in :class:`~airflow_llm_router.store.models.ClaimedTask` order.
 CLAIMED_COLUMNS = (

@@ -16,11 +16,11 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
-from airflow_llm_router.exceptions import TaskStoreError
+from airflow_llm_router.exceptions import TaskStoreError, TaskValidationError
+from airflow_llm_router.pg import TableNames, dsn_from_connection, migrate
 from airflow_llm_router.store import models
-from airflow_llm_router.store.errors import TaskValidationError
 from airflow_llm_router.store.models import (
     STATUSES,
     ClaimedTask,
@@ -29,32 +29,13 @@ from airflow_llm_router.store.models import (
     TaskRow,
 )
 from airflow_llm_router.store.queries import Queries
-from airflow_llm_router.store.schema import TableNames, migrate
+from airflow_llm_router.store.task_schema import MIGRATIONS
 from airflow_llm_router.store.watch import BacklogWatch
 
 log = logging.getLogger(__name__)
 
 #: Most expired, exhausted claims dead-lettered per :meth:`TaskStore.claim` (at least ``n``).
 DEAD_LETTER_BATCH = 100
-
-#: libpq settings an Airflow connection may carry in its extras that ``get_uri()`` drops.
-_LIBPQ_EXTRAS = (
-    "sslmode",
-    "sslcert",
-    "sslkey",
-    "sslrootcert",
-    "sslcrl",
-    "connect_timeout",
-    "options",
-    "application_name",
-    "keepalives",
-    "keepalives_idle",
-    "keepalives_interval",
-    "keepalives_count",
-    "target_session_attrs",
-)
-
-
 
 class TaskStore:
     """The backlog of LLM tasks in ``<schema>.<table>``.
@@ -83,21 +64,8 @@ class TaskStore:
 
         return cls(cls.dsn_from_connection(BaseHook.get_connection(postgres_conn_id)), **kw)
 
-    @staticmethod
-    def dsn_from_connection(conn: Any) -> str:
-        """A libpq DSN from an Airflow connection's fields (a socket directory as host is
-        kept as is) and libpq options such as ``sslmode`` from its extra."""
-        extras = conn.extra_dejson or {}
-        fields = {
-            "host": conn.host or None,
-            "port": str(conn.port) if conn.port else None,
-            "user": conn.login or None,
-            "password": conn.password or None,
-            "dbname": conn.schema or None,
-        }
-        fields.update({key: str(extras[key]) for key in _LIBPQ_EXTRAS
-                       if extras.get(key) is not None})
-        return make_conninfo("", **{k: v for k, v in fields.items() if v is not None})
+    #: A libpq DSN from an Airflow connection (see ``pg.dsn_from_connection``).
+    dsn_from_connection = staticmethod(dsn_from_connection)
 
     # --- identity and connection ----------------------------------------------------------
 
@@ -175,7 +143,7 @@ class TaskStore:
         :return: the schema version now in place.
         """
         try:
-            return migrate(self._connection(), self._names)
+            return migrate(self._connection(), self._names, MIGRATIONS)
         except psycopg.OperationalError as err:
             raise TaskStoreError(f"task store migration failed: {err}") from err
 

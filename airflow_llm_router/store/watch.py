@@ -17,8 +17,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from airflow_llm_router.pg import TableNames
 from airflow_llm_router.store.queries import Queries
-from airflow_llm_router.store.schema import TableNames
 
 __all__ = ["APPLICATION_NAME", "BacklogWatch"]
 

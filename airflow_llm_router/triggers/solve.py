@@ -11,7 +11,8 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_llm_router.hooks.models_backend import ModelsBackendHook, http_client
+from airflow_llm_router.backend import http_client
+from airflow_llm_router.hooks.models_backend import ModelsBackendHook
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.solver.drain import DrainOptions, DrainState, drain_store
 from airflow_llm_router.solver.items import SolveItem

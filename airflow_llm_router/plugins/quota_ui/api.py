@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Res
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.quota import MODEL_NAME_RE, ModelQuota
 from airflow_llm_router.engine.stats import ModelStats, RouterStats
-from airflow_llm_router.exceptions import QuotaValidationError
+from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError, QuotaValidationError
 from airflow_llm_router.plugins.quota_ui.auth import Editor, Reader
-from airflow_llm_router.plugins.quota_ui.schemas import (
+from airflow_llm_router.plugins.quota_ui.bodies import (
     AuditView,
     ChangeView,
     QuotaList,
@@ -20,8 +20,7 @@ from airflow_llm_router.plugins.quota_ui.schemas import (
     Usage,
 )
 from airflow_llm_router.plugins.quota_ui.service import QuotaService, ServiceUnavailable
-from airflow_llm_router.quotas.errors import QuotaNotFoundError, QuotaStoreError
-from airflow_llm_router.quotas.store import QuotaChange, QuotaRecord
+from airflow_llm_router.quotas.quota_store import QuotaChange, QuotaRecord
 
 router = APIRouter(prefix="/api", tags=["LLM quotas"])
 

@@ -17,7 +17,7 @@ from typing import Any
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.quotas.config import QuotaConfig
-from airflow_llm_router.quotas.store import QuotaStore
+from airflow_llm_router.quotas.quota_store import QuotaStore
 
 #: Counters whose recent change the stats report (429s and errors "in the last windows").
 RECENT_COUNTERS = ("rate_limited", "errors")

@@ -10,7 +10,7 @@ from psycopg import sql
 
 from airflow_llm_router.exceptions import TaskStoreError
 from airflow_llm_router.store import LATEST_VERSION, TaskStore, TaskValidationError
-from airflow_llm_router.store.schema import MIGRATIONS
+from airflow_llm_router.store.task_schema import MIGRATIONS
 
 EXPECTED_COLUMNS = {
     "id",

@@ -1,24 +1,83 @@
-"""The tasks table's schema and its numbered migrations.
+"""PostgreSQL support shared by the task store and the quota store: DSNs from Airflow
+connections, safe identifiers, and numbered migrations under an advisory lock.
 
 Migrations are applied by :func:`migrate` in one transaction under an advisory lock, so two
 processes that start at once (two DAG runs, a scheduler and a worker) serialise instead of
 racing on ``CREATE TABLE``. A ``schema_version`` table in the same schema records, per
-tasks table, which migrations ran. Migrations are append-only: never edit a released one,
-add the next number.
+table, which migrations ran. Migrations are append-only: never edit a released one, add the
+next number.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
-from airflow_llm_router.exceptions import TaskStoreError
-from airflow_llm_router.store.models import validate_identifier
+from airflow_llm_router.exceptions import TaskStoreError, TaskValidationError
+
+__all__ = [
+    "ADVISORY_LOCK_CLASS",
+    "Migration",
+    "TableNames",
+    "dsn_from_connection",
+    "migrate",
+    "validate_identifier",
+]
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+#: libpq settings an Airflow connection may carry in its extras that ``get_uri()`` drops.
+_LIBPQ_EXTRAS = (
+    "sslmode",
+    "sslcert",
+    "sslkey",
+    "sslrootcert",
+    "sslcrl",
+    "connect_timeout",
+    "options",
+    "application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "target_session_attrs",
+)
+
+
+def dsn_from_connection(conn: Any) -> str:
+    """A libpq DSN from an Airflow connection's fields (a socket directory as host is kept
+    as is) and libpq options such as ``sslmode`` from its extra. Never logged."""
+    extras = conn.extra_dejson or {}
+    fields = {
+        "host": conn.host or None,
+        "port": str(conn.port) if conn.port else None,
+        "user": conn.login or None,
+        "password": conn.password or None,
+        "dbname": conn.schema or None,
+    }
+    fields.update({key: str(extras[key]) for key in _LIBPQ_EXTRAS
+                   if extras.get(key) is not None})
+    return make_conninfo("", **{k: v for k, v in fields.items() if v is not None})
+
+
+def validate_identifier(field_name: str, value: object) -> str:
+    """Return ``value`` if it is a safe lower-case PostgreSQL identifier, else raise."""
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise TaskValidationError(
+            field_name,
+            f"{value!r} is not a valid name; use 1-63 characters of lower-case letters, "
+            "digits and underscores, not starting with a digit (e.g. 'llm_router')",
+        )
+    return value
+
 
 log = logging.getLogger(__name__)
 
@@ -71,67 +130,14 @@ class Migration:
     statements: Callable[[TableNames], list[sql.Composable]]
 
 
-def _initial(names: TableNames) -> list[sql.Composable]:
-    create = sql.SQL(
-        """
-        CREATE TABLE {tasks} (
-            id               bigserial PRIMARY KEY,
-            prompt           text        NOT NULL,
-            kind             text        NOT NULL DEFAULT 'default',
-            priority         text        NOT NULL DEFAULT 'bulk'
-                             CHECK (priority IN ('hot', 'bulk')),
-            priority_rank    smallint    NOT NULL
-                             GENERATED ALWAYS AS
-                             (CASE WHEN priority = 'hot' THEN 0 ELSE 1 END) STORED,
-            allowed_models   text[]      NULL
-                             CHECK (allowed_models IS NULL OR cardinality(allowed_models) > 0),
-            status           text        NOT NULL DEFAULT 'pending'
-                             CHECK (status IN ('pending', 'claimed', 'solved', 'dead')),
-            attempts         integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
-            max_attempts     integer     NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
-            claim_token      uuid        NULL,
-            claimed_by       text        NULL,
-            claim_expires_at timestamptz NULL,
-            answer           text        NULL,
-            model            text        NULL,
-            input_tokens     integer     NULL,
-            output_tokens    integer     NULL,
-            last_error       text        NULL,
-            created_at       timestamptz NOT NULL DEFAULT now(),
-            updated_at       timestamptz NOT NULL DEFAULT now(),
-            solved_at        timestamptz NULL,
-            metadata         jsonb       NOT NULL DEFAULT '{{}}'::jsonb,
-            CHECK ((status = 'claimed')
-                   = (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL))
-        )
-        """
-    ).format(tasks=names.tasks)
-    # Claiming walks this index in order and stops after n rows: hot lane first, then FIFO.
-    pending = sql.SQL(
-        "CREATE INDEX {name} ON {tasks} (priority_rank, id) WHERE status = 'pending'"
-    ).format(name=names.index("pending_idx"), tasks=names.tasks)
-    # Expired claims are found by a range scan on this one, never by scanning claimed rows.
-    claimed = sql.SQL(
-        "CREATE INDEX {name} ON {tasks} (claim_expires_at) WHERE status = 'claimed'"
-    ).format(name=names.index("claimed_exp_idx"), tasks=names.tasks)
-    return [create, pending, claimed]
-
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "create tasks table and claim indexes", _initial),
-)
-
-LATEST_VERSION = MIGRATIONS[-1].version
-
-
-def migrate(conn: psycopg.Connection, names: TableNames,
-            migrations: Sequence[Migration] = MIGRATIONS) -> int:
+def migrate(conn: psycopg.Connection[Any], names: TableNames,
+            migrations: Sequence[Migration]) -> int:
     """Bring the schema up to the last of ``migrations``; return the version now in place.
 
     Safe to call on every start: when nothing is missing it only takes the lock and reads
     one row. Raises :class:`TaskStoreError` if the database was migrated by a newer release.
-    ``migrations`` defaults to the tasks table's; other tables of the package (the quota
-    store) pass their own, recorded in the same ``schema_version`` under their table name.
+    Each store passes its own ``migrations``, recorded in the schema's one
+    ``schema_version`` table under its table name.
     """
     latest = migrations[-1].version
     with conn.transaction():

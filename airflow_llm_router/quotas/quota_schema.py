@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from airflow_llm_router.store.schema import Migration, TableNames
+from airflow_llm_router.pg import Migration, TableNames
 
 
 def quota_table(names: TableNames) -> sql.Identifier:

@@ -27,9 +27,9 @@ from psycopg.types.json import Jsonb
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.quota import ModelQuota, validate_model_name
-from airflow_llm_router.quotas.errors import QuotaNotFoundError, QuotaStoreError
-from airflow_llm_router.quotas.schema import QUOTA_MIGRATIONS, audit_table, quota_table
-from airflow_llm_router.store.schema import ADVISORY_LOCK_CLASS, TableNames, migrate
+from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError
+from airflow_llm_router.pg import ADVISORY_LOCK_CLASS, TableNames, migrate
+from airflow_llm_router.quotas.quota_schema import QUOTA_MIGRATIONS, audit_table, quota_table
 
 log = logging.getLogger(__name__)
 

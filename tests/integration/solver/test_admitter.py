@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from airflow_llm_router.engine.batching import BatchAdmitter
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.types import AdmitRequest, RouterSettings
+from airflow_llm_router.solver.admitter import BatchAdmitter
 
 BIG = {"rpm": 10**6, "tpm": 10**9, "max_concurrency": 10**5}
 

@@ -1,27 +1,28 @@
-"""The Models Backend's HTTP contract, as the router calls it.
+"""Calls to the Models Backend over HTTP, as the router makes them.
 
-Field names are configurable (a real backend may spell them differently from the
-simulator's defaults); everything else about a call is classified here into the outcome
-the engine needs: ok, rate limited (with Retry-After), retryable error, or final error.
+Everything about a call is classified here into the outcome the engine needs: ok, rate
+limited (with Retry-After), retryable error, or final error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_llm_router.backend.config import BackendConfig, BackendFields
 
 __all__ = [
-    "BackendConfig",
-    "BackendFields",
     "CallResult",
+    "CallStatus",
     "ShardedClient",
     "call_batch",
     "call_single",
+    "http_client",
 ]
 
 #: Connections per httpx client: httpx's pool bookkeeping grows with its size (quadratic
@@ -30,45 +31,6 @@ CONNECTIONS_PER_SHARD = 16
 
 
 CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
-
-
-class BackendFields(BaseModel):
-    """JSON field names of ``POST /single`` and ``/batch`` (defaults: the simulator's)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str = "model"
-    prompt: str = "prompt"
-    max_output_tokens: str = "max_output_tokens"
-    answer: str = "answer"
-    usage: str = "usage"
-    input_tokens: str = "input_tokens"
-    output_tokens: str = "output_tokens"
-    items: str = "items"
-    id: str = "id"
-    results: str = "results"
-    status: str = "status"
-    error: str = "error"
-    retry_after_s: str = "retry_after_s"
-
-
-class BackendConfig(BaseModel):
-    """Where and how to call the Models Backend (built from a ``models_backend`` connection).
-
-    :param base_url: e.g. ``http://models-backend:8080``.
-    :param single_path: path of the one-prompt endpoint.
-    :param timeout_s: a call taking longer is abandoned and counted as an error.
-    :param headers: extra headers (auth comes from the connection's password, not here).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    base_url: str
-    single_path: str = "/single"
-    batch_path: str = "/batch"
-    timeout_s: float = Field(300.0, gt=0)
-    headers: dict[str, str] = Field(default_factory=dict)
-    fields: BackendFields = Field(default_factory=BackendFields)
 
 
 class ShardedClient:
@@ -257,3 +219,12 @@ def _sent_trace(on_sent: Callable[[], None] | None) -> dict[str, Any]:
             on_sent()
 
     return {"trace": trace}
+
+
+async def http_client(config: BackendConfig, max_connections: int) -> ShardedClient:
+    """An async HTTP client for the backend, sized for ``max_connections`` calls at once.
+
+    Built in a worker thread: each pool loads TLS settings (~0.1 s), which would otherwise
+    stall every trigger sharing the triggerer's event loop.
+    """
+    return await asyncio.to_thread(ShardedClient, config, max_connections)

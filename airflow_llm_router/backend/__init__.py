@@ -1,0 +1,24 @@
+"""The Models Backend's HTTP contract: its configuration and the calls the solver makes."""
+
+from __future__ import annotations
+
+from airflow_llm_router.backend.calls import (
+    CallResult,
+    CallStatus,
+    ShardedClient,
+    call_batch,
+    call_single,
+    http_client,
+)
+from airflow_llm_router.backend.config import BackendConfig, BackendFields
+
+__all__ = [
+    "BackendConfig",
+    "BackendFields",
+    "CallResult",
+    "CallStatus",
+    "ShardedClient",
+    "call_batch",
+    "call_single",
+    "http_client",
+]

@@ -1,0 +1,51 @@
+"""Where and how to call the Models Backend: URL, paths, timeout, headers, field names.
+
+Built from a ``models_backend`` connection by
+:class:`~airflow_llm_router.hooks.models_backend.ModelsBackendHook`; field names are
+configurable because a real backend may spell them differently from the simulator's.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["BackendConfig", "BackendFields"]
+
+
+class BackendFields(BaseModel):
+    """JSON field names of ``POST /single`` and ``/batch`` (defaults: the simulator's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = "model"
+    prompt: str = "prompt"
+    max_output_tokens: str = "max_output_tokens"
+    answer: str = "answer"
+    usage: str = "usage"
+    input_tokens: str = "input_tokens"
+    output_tokens: str = "output_tokens"
+    items: str = "items"
+    id: str = "id"
+    results: str = "results"
+    status: str = "status"
+    error: str = "error"
+    retry_after_s: str = "retry_after_s"
+
+
+class BackendConfig(BaseModel):
+    """Where and how to call the Models Backend (built from a ``models_backend`` connection).
+
+    :param base_url: e.g. ``http://models-backend:8080``.
+    :param single_path: path of the one-prompt endpoint.
+    :param timeout_s: a call taking longer is abandoned and counted as an error.
+    :param headers: extra headers (auth comes from the connection's password, not here).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    single_path: str = "/single"
+    batch_path: str = "/batch"
+    timeout_s: float = Field(300.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    fields: BackendFields = Field(default_factory=BackendFields)

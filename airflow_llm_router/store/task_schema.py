@@ -1,0 +1,64 @@
+"""The tasks table's schema: its numbered migrations (applied by ``pg.migrate``)."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from airflow_llm_router.pg import Migration, TableNames
+
+__all__ = ["LATEST_VERSION", "MIGRATIONS"]
+
+
+def _initial(names: TableNames) -> list[sql.Composable]:
+    create = sql.SQL(
+        """
+        CREATE TABLE {tasks} (
+            id               bigserial PRIMARY KEY,
+            prompt           text        NOT NULL,
+            kind             text        NOT NULL DEFAULT 'default',
+            priority         text        NOT NULL DEFAULT 'bulk'
+                             CHECK (priority IN ('hot', 'bulk')),
+            priority_rank    smallint    NOT NULL
+                             GENERATED ALWAYS AS
+                             (CASE WHEN priority = 'hot' THEN 0 ELSE 1 END) STORED,
+            allowed_models   text[]      NULL
+                             CHECK (allowed_models IS NULL OR cardinality(allowed_models) > 0),
+            status           text        NOT NULL DEFAULT 'pending'
+                             CHECK (status IN ('pending', 'claimed', 'solved', 'dead')),
+            attempts         integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+            max_attempts     integer     NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+            claim_token      uuid        NULL,
+            claimed_by       text        NULL,
+            claim_expires_at timestamptz NULL,
+            answer           text        NULL,
+            model            text        NULL,
+            input_tokens     integer     NULL,
+            output_tokens    integer     NULL,
+            last_error       text        NULL,
+            created_at       timestamptz NOT NULL DEFAULT now(),
+            updated_at       timestamptz NOT NULL DEFAULT now(),
+            solved_at        timestamptz NULL,
+            metadata         jsonb       NOT NULL DEFAULT '{{}}'::jsonb,
+            CHECK ((status = 'claimed')
+                   = (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL))
+        )
+        """
+    ).format(tasks=names.tasks)
+    # Claiming walks this index in order and stops after n rows: hot lane first, then FIFO.
+    pending = sql.SQL(
+        "CREATE INDEX {name} ON {tasks} (priority_rank, id) WHERE status = 'pending'"
+    ).format(name=names.index("pending_idx"), tasks=names.tasks)
+    # Expired claims are found by a range scan on this one, never by scanning claimed rows.
+    claimed = sql.SQL(
+        "CREATE INDEX {name} ON {tasks} (claim_expires_at) WHERE status = 'claimed'"
+    ).format(name=names.index("claimed_exp_idx"), tasks=names.tasks)
+    return [create, pending, claimed]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "create tasks table and claim indexes", _initial),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
