@@ -39,6 +39,10 @@ class TaskValidationError(TaskStoreError, ValueError):
         self.field = field
 
 
+class ModelNameError(QuotaValidationError, TaskValidationError):
+    """A model name breaks the rule of ``names.MODEL_NAME_RE`` (engine and store alike)."""
+
+
 class QuotaStoreError(RouterError):
     """The quota store could not carry out a change; nothing of it was applied."""
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from airflow_llm_router.exceptions import QuotaValidationError
+from airflow_llm_router.names import MODEL_NAME_RE
+from airflow_llm_router.names import validate_model_name as _validate_name
 
 __all__ = ["MODEL_NAME_RE", "ModelQuota", "field_hint", "validate_model_name"]
-
-#: Model names become part of Redis keys and lease ids: no braces (hash tags), no '#'
-#: (lease ids), no '|' (counters), no spaces.
-MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 
 _FIXES = {
     "rpm": "a whole number of requests per window, at least 1",
@@ -136,10 +133,6 @@ def field_hint(field: str, error_type: str) -> str:
 
 
 def validate_model_name(model: str) -> str:
-    """Return ``model`` if it can be used in keys and lease ids, else raise naming the rule."""
-    if not isinstance(model, str) or not MODEL_NAME_RE.match(model):
-        raise QuotaValidationError(
-            f"model: {model!r} is not a valid model name (use 1-128 letters, digits or "
-            "'. _ : / @ + -', starting with a letter or digit)"
-        )
-    return model
+    """Return ``model`` if it can be used in keys and lease ids, else raise naming the rule
+    (the rule lives in :mod:`airflow_llm_router.names`, shared with the task store)."""
+    return _validate_name("model", model)
