@@ -6,10 +6,9 @@ check and serialise these objects without a connection.
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -133,100 +132,6 @@ class TaskFailure:
 
 
 # --- validation -------------------------------------------------------------------------
-
-
-def validate_prompts(prompts: object) -> list[str]:
-    """Check the prompts of :meth:`TaskStore.enqueue`; the message never quotes a prompt."""
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-        raise TaskValidationError(
-            "prompts", "must be a list of strings; wrap a single prompt as [prompt]"
-        )
-    checked: list[str] = []
-    for i, prompt in enumerate(prompts):
-        if not isinstance(prompt, str):
-            raise TaskValidationError(
-                f"prompts[{i}]", f"must be a string, got {type(prompt).__name__}"
-            )
-        if not prompt.strip():
-            raise TaskValidationError(f"prompts[{i}]", "is empty; drop it or give it text")
-        if "\x00" in prompt:
-            raise TaskValidationError(
-                f"prompts[{i}]", "contains a NUL character, which PostgreSQL text cannot store"
-            )
-        checked.append(prompt)
-    return checked
-
-
-def validate_priority(priority: object) -> str:
-    if priority not in PRIORITIES:
-        raise TaskValidationError(
-            "priority", f"must be 'hot' or 'bulk', got {priority!r}; use 'hot' to jump the queue"
-        )
-    return str(priority)
-
-
-def validate_allowed_models(allowed_models: object) -> list[str] | None:
-    """None means any model; otherwise a non-empty preference list, de-duplicated in order."""
-    if allowed_models is None:
-        return None
-    if isinstance(allowed_models, (str, bytes)) or not isinstance(allowed_models, Iterable):
-        raise TaskValidationError(
-            "allowed_models",
-            "must be None (any model) or a list of model names, e.g. ['gpt-4o']",
-        )
-    models: list[str] = []
-    for i, model in enumerate(allowed_models):
-        if not isinstance(model, str) or not model.strip():
-            raise TaskValidationError(
-                f"allowed_models[{i}]", f"must be a non-empty model name, got {model!r}"
-            )
-        if model not in models:
-            models.append(model)
-    if not models:
-        raise TaskValidationError(
-            "allowed_models", "is an empty list, which no model satisfies; pass None for any model"
-        )
-    return models
-
-
-def validate_kind(kind: object) -> str:
-    if not isinstance(kind, str) or not kind.strip():
-        raise TaskValidationError("kind", f"must be a non-empty string, got {kind!r}")
-    return kind
-
-
-def validate_max_attempts(max_attempts: object) -> int:
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise TaskValidationError("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
-    return max_attempts
-
-
-def validate_metadata(metadata: object, count: int) -> list[str]:
-    """Return one JSON document per prompt: a shared dict, or a list with one dict per prompt."""
-    if metadata is None:
-        return ["{}"] * count
-    if isinstance(metadata, Mapping):
-        return [_metadata_json("metadata", metadata)] * count
-    if isinstance(metadata, Sequence) and not isinstance(metadata, (str, bytes)):
-        if len(metadata) != count:
-            raise TaskValidationError(
-                "metadata",
-                f"has {len(metadata)} entries for {count} prompts; give one dict per prompt "
-                "or a single dict for all",
-            )
-        return [_metadata_json(f"metadata[{i}]", m) for i, m in enumerate(metadata)]
-    raise TaskValidationError(
-        "metadata", "must be a dict, a list of dicts (one per prompt) or None"
-    )
-
-
-def _metadata_json(field_name: str, value: object) -> str:
-    if not isinstance(value, Mapping):
-        raise TaskValidationError(field_name, f"must be a dict, got {type(value).__name__}")
-    try:
-        return json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise TaskValidationError(field_name, f"must be JSON-serialisable: {err}") from err
 
 
 def validate_claim_args(n: object, worker_id: object, claim_ttl_s: object) -> None:

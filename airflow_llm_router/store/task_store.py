@@ -30,6 +30,11 @@ from airflow_llm_router.store.models import (
 )
 from airflow_llm_router.store.queries import Queries
 from airflow_llm_router.store.task_schema import MIGRATIONS
+from airflow_llm_router.store.validation import (
+    DEFAULT_MAX_PROMPT_CHARS,
+    validate_enqueue,
+    validate_max_prompt_chars,
+)
 from airflow_llm_router.store.watch import BacklogWatch
 
 log = logging.getLogger(__name__)
@@ -44,11 +49,14 @@ class TaskStore:
     :param schema: schema holding the tasks table and ``schema_version``; lower-case
         identifier, created by :meth:`migrate`.
     :param table: name of the tasks table; lower-case identifier.
+    :param max_prompt_chars: longest prompt :meth:`enqueue` accepts, in characters.
     :raises TaskValidationError: if ``schema`` or ``table`` is not a safe identifier.
     """
 
-    def __init__(self, dsn: str, *, schema: str = "llm_router", table: str = "tasks") -> None:
+    def __init__(self, dsn: str, *, schema: str = "llm_router", table: str = "tasks",
+                 max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> None:
         self._names = TableNames(schema=schema, table=table)
+        self.max_prompt_chars = validate_max_prompt_chars(max_prompt_chars)
         self._queries = Queries.build(self._names)
         self._dsn = dsn
         self._conn: psycopg.Connection[Any] | None = None
@@ -168,21 +176,17 @@ class TaskStore:
         :param max_attempts: claims allowed before the task is dead-lettered; >= 1.
         :param metadata: one JSON dict for all tasks, or a list with one per prompt.
         :return: the new ids, in the order of ``prompts``.
-        :raises TaskValidationError: naming the first invalid argument.
+        :raises TaskValidationError: naming the first invalid argument and, for per-task
+            values, its index (``prompts[3]``); nothing is written. See ``store/validation.py``
+            for what is refused.
         """
-        checked = models.validate_prompts(prompts)
-        params = {
-            "priority": models.validate_priority(priority),
-            "allowed_models": models.validate_allowed_models(allowed_models),
-            "kind": models.validate_kind(kind),
-            "max_attempts": models.validate_max_attempts(max_attempts),
-            "metadata": models.validate_metadata(metadata, len(checked)),
-            "prompts": checked,
-        }
-        if not checked:
+        rows_in = validate_enqueue(
+            prompts, priority=priority, allowed_models=allowed_models, kind=kind,
+            max_attempts=max_attempts, metadata=metadata, max_prompt_chars=self.max_prompt_chars)
+        if not rows_in.prompts:
             return []
         with self._transaction() as conn:
-            rows = conn.execute(self._queries.enqueue, params).fetchall()
+            rows = conn.execute(self._queries.enqueue, rows_in.params()).fetchall()
             conn.execute(self._queries.notify, (self.notify_channel, str(len(rows))))
         # Ids come from one sequence in insertion order, so sorting restores prompt order.
         ids = sorted(row[0] for row in rows)

@@ -1,0 +1,239 @@
+"""Checks of what :meth:`TaskStore.enqueue` is handed, before anything is written.
+
+A task is checked once, when it enters the store, against everything that could make it
+fail later: text PostgreSQL cannot store (NUL, lone surrogates), sizes nobody means,
+model names the engine would refuse inside a drain. One bad row refuses the whole call,
+with a :class:`TaskValidationError` naming the field and the row (``prompts[3]``,
+``metadata[7]``); messages never quote prompt text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_llm_router.exceptions import TaskValidationError
+from airflow_llm_router.names import validate_model_name
+
+__all__ = [
+    "DEFAULT_MAX_PROMPT_CHARS",
+    "MAX_ALLOWED_MODELS",
+    "MAX_ATTEMPTS",
+    "MAX_KIND_CHARS",
+    "MAX_METADATA_CHARS",
+    "EnqueueRows",
+    "validate_enqueue",
+    "validate_max_prompt_chars",
+]
+
+#: Longest prompt accepted by default (characters); ``TaskStore(max_prompt_chars=...)``.
+DEFAULT_MAX_PROMPT_CHARS = 1_000_000
+#: Most models one task may list.
+MAX_ALLOWED_MODELS = 64
+#: Longest ``kind`` label.
+MAX_KIND_CHARS = 100
+#: Most claims a task may be allowed.
+MAX_ATTEMPTS = 1000
+#: Largest metadata dict of one task, as compact JSON (characters).
+MAX_METADATA_CHARS = 65_536
+#: Deepest nesting of metadata.
+_MAX_DEPTH = 32
+
+_PRIORITIES = ("hot", "bulk")
+
+
+@dataclass(frozen=True)
+class EnqueueRows:
+    """The checked arguments of one enqueue, ready to bind to its statement."""
+
+    prompts: list[str]
+    priority: str
+    allowed_models: list[str] | None
+    kind: str
+    max_attempts: int
+    metadata: list[str]
+
+    def params(self) -> dict[str, Any]:
+        return {"prompts": self.prompts, "priority": self.priority,
+                "allowed_models": self.allowed_models, "kind": self.kind,
+                "max_attempts": self.max_attempts, "metadata": self.metadata}
+
+
+def validate_enqueue(prompts: object, *, priority: object, allowed_models: object,
+                     kind: object, max_attempts: object, metadata: object,
+                     max_prompt_chars: int) -> EnqueueRows:
+    """Check every argument of an enqueue; raise on the first bad one, naming it."""
+    checked = validate_prompts(prompts, max_prompt_chars)
+    return EnqueueRows(
+        prompts=checked,
+        priority=validate_priority(priority),
+        allowed_models=validate_allowed_models(allowed_models),
+        kind=validate_kind(kind),
+        max_attempts=validate_max_attempts(max_attempts),
+        metadata=validate_metadata(metadata, len(checked)),
+    )
+
+
+def validate_max_prompt_chars(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TaskValidationError(
+            "max_prompt_chars", f"must be an integer >= 1 (characters), got {value!r}")
+    return value
+
+
+def text_problem(value: str) -> str | None:
+    """Why PostgreSQL text/jsonb cannot hold ``value`` (None if it can); never quotes it."""
+    if "\x00" in value:
+        return f"contains a NUL character at index {value.index(chr(0))}, which PostgreSQL " \
+               "cannot store; remove it"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(value[err.start])
+        return (f"contains a lone surrogate (U+{code:04X}) at index {err.start}, which is not "
+                "valid Unicode and PostgreSQL cannot store; decode the source text with "
+                "errors='replace'")
+    return None
+
+
+def validate_prompts(prompts: object, max_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> list[str]:
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TaskValidationError(
+            "prompts", "must be a list of strings; wrap a single prompt as [prompt]")
+    checked: list[str] = []
+    for i, prompt in enumerate(prompts):
+        field = f"prompts[{i}]"
+        if not isinstance(prompt, str):
+            raise TaskValidationError(field, f"must be a string, got {type(prompt).__name__}")
+        if len(prompt) > max_chars:
+            raise TaskValidationError(
+                field, f"has {len(prompt)} characters, more than max_prompt_chars={max_chars}; "
+                "split it, or raise the store's max_prompt_chars")
+        if not prompt.strip():
+            raise TaskValidationError(field, "is empty; drop it or give it text")
+        if problem := text_problem(prompt):
+            raise TaskValidationError(field, problem)
+        checked.append(prompt)
+    return checked
+
+
+def validate_priority(priority: object) -> str:
+    if not isinstance(priority, str) or priority not in _PRIORITIES:
+        raise TaskValidationError(
+            "priority", f"must be 'hot' or 'bulk', got {priority!r}; use 'hot' to jump the queue")
+    return priority
+
+
+def validate_allowed_models(allowed_models: object) -> list[str] | None:
+    """None means any model; otherwise valid names in order of preference, duplicates folded
+    into their first place."""
+    if allowed_models is None:
+        return None
+    if isinstance(allowed_models, (str, bytes, Mapping)) or not isinstance(
+            allowed_models, Iterable):
+        raise TaskValidationError(
+            "allowed_models", "must be None (any model) or a list of model names, e.g. ['gpt-4o']")
+    models: list[str] = []
+    for i, model in enumerate(allowed_models):
+        validate_model_name(f"allowed_models[{i}]", model)
+        if model not in models:
+            models.append(model)
+        if len(models) > MAX_ALLOWED_MODELS:
+            raise TaskValidationError(
+                "allowed_models", f"lists more than {MAX_ALLOWED_MODELS} models; pass None for "
+                "any model")
+    if not models:
+        raise TaskValidationError(
+            "allowed_models", "is an empty list, which no model satisfies; pass None for any model")
+    return models
+
+
+def validate_kind(kind: object) -> str:
+    if not isinstance(kind, str) or not kind.strip():
+        raise TaskValidationError("kind", f"must be a non-empty string, got {kind!r}")
+    if len(kind) > MAX_KIND_CHARS:
+        raise TaskValidationError(
+            "kind", f"has {len(kind)} characters; use a short label of at most {MAX_KIND_CHARS}")
+    if not kind.isprintable():
+        raise TaskValidationError(
+            "kind", "must be printable text (no control characters, line breaks or lone "
+            "surrogates); use a short label such as 'summary'")
+    return kind
+
+
+def validate_max_attempts(max_attempts: object) -> int:
+    if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS):
+        raise TaskValidationError(
+            "max_attempts", f"must be an integer from 1 to {MAX_ATTEMPTS}, got {max_attempts!r}")
+    return max_attempts
+
+
+def validate_metadata(metadata: object, count: int) -> list[str]:
+    """One JSON document per prompt: a shared dict, or a list with one dict per prompt."""
+    if metadata is None:
+        return ["{}"] * count
+    if isinstance(metadata, Mapping):
+        return [_metadata_json("metadata", metadata)] * count
+    if isinstance(metadata, Sequence) and not isinstance(metadata, (str, bytes)):
+        if len(metadata) != count:
+            raise TaskValidationError(
+                "metadata", f"has {len(metadata)} entries for {count} prompts; give one dict per "
+                "prompt or a single dict for all")
+        return [_metadata_json(f"metadata[{i}]", m) for i, m in enumerate(metadata)]
+    raise TaskValidationError(
+        "metadata", "must be a dict, a list of dicts (one per prompt) or None")
+
+
+def _metadata_json(field: str, value: object) -> str:
+    if not isinstance(value, Mapping):
+        raise TaskValidationError(field, f"must be a dict, got {type(value).__name__}")
+    if problem := _json_problem(value, "", 0):
+        raise TaskValidationError(field, problem)
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as err:
+        raise TaskValidationError(field, f"must be JSON-serialisable: {err}") from err
+    if len(text) > MAX_METADATA_CHARS:
+        raise TaskValidationError(
+            field, f"is {len(text)} characters as JSON, more than {MAX_METADATA_CHARS}; keep "
+            "references in metadata, not documents")
+    return text
+
+
+def _json_problem(value: object, path: str, depth: int) -> str | None:
+    """What jsonb would refuse or silently change in ``value`` (None if nothing)."""
+    where = f" at {path}" if path else ""
+    if depth > _MAX_DEPTH:
+        return f"is nested deeper than {_MAX_DEPTH} levels{where}"
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return f"has a string that {problem}{where}" if problem else None
+    if value is None or isinstance(value, (bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"has {value!r}{where}, which JSON cannot hold"
+    if isinstance(value, Mapping):
+        return _mapping_problem(value, path, depth)
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            if problem := _json_problem(item, f"{path}[{i}]", depth + 1):
+                return problem
+        return None
+    return f"has a {type(value).__name__}{where}, which is not JSON; use str, number, bool, " \
+           "None, list or dict"
+
+
+def _mapping_problem(value: Mapping[object, object], path: str, depth: int) -> str | None:
+    where = f" at {path}" if path else ""
+    for key, item in value.items():
+        if not isinstance(key, str):
+            return f"has the non-string key {key!r}{where}; JSON keys are strings"
+        if problem := text_problem(key):
+            return f"has a key that {problem}{where}"
+        if problem := _json_problem(item, f"{path}.{key}" if path else key, depth + 1):
+            return problem
+    return None
