@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -129,6 +129,39 @@ class TaskFailure:
     claim_token: str
     error: str
     retryable: bool = True
+
+
+@dataclass(frozen=True)
+class ClaimsInProgress:
+    """Live claims, as :meth:`TaskStore.claims_in_progress` reports them: others are still
+    working on ``count`` tasks, and the first of those claims lapses at ``next_expires_at``
+    (``next_expiry_s`` from now, by the database's clock) unless its worker extends it or
+    finishes. An empty backlog with claims in progress is not a drained backlog."""
+
+    count: int
+    next_expires_at: datetime | None
+    next_expiry_s: float | None
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """What one pass of returning expired claims did: the tasks back in pending, and how
+    many were dead-lettered because their last attempt expired."""
+
+    pending: frozenset[int]
+    dead: int
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Sequence[Any]]) -> Reclaimed:
+        """From the ``(id, status)`` rows the reclaim statement returns."""
+        pending: set[int] = set()
+        dead = 0
+        for task_id, status in rows:
+            if status == PENDING:
+                pending.add(int(task_id))
+            else:
+                dead += 1
+        return cls(frozenset(pending), dead)
 
 
 # --- validation -------------------------------------------------------------------------

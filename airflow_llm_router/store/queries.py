@@ -1,7 +1,8 @@
 """The SQL of the task store, composed once per table with safely quoted identifiers.
 
-Every write that takes a claim token is *fenced*: it matches ``status = 'claimed' AND
-claim_token = <token>``, so a worker whose claim was taken over can no longer touch the row.
+Every write that takes a claim token is *fenced*: it matches ``claim_token = <token>`` on a
+claimed row (or one whose expired claim went back to pending and was not claimed again), so
+a worker whose claim was taken over can no longer touch the row.
 Bulk writes pass parallel arrays through ``unnest`` so a chunk is one statement and one
 round trip, however many tasks it holds.
 """
@@ -39,48 +40,46 @@ SELECT u.prompt, %(kind)s, %(priority)s, %(allowed_models)s::text[], %(max_attem
 RETURNING id
 """
 
-# Claims that expired on their last allowed attempt are dead-lettered, a bounded batch at a
-# time, before claiming; otherwise they would be handed out again for an attempt too many.
-_DEAD_LETTER_EXPIRED = """
-WITH doomed AS (
+# Expired claims go back to pending, a bounded batch at a time, oldest expiry first; those
+# that used their last attempt are dead-lettered instead (handing them out again would be an
+# attempt too many). A returned row keeps its claim token and owner (claim_expires_at is
+# cleared, so it is no longer "claimed"): until someone claims it again, its worker's late
+# answer or heartbeat still matches. Rows another session has locked are left for later.
+_RECLAIM = """
+WITH expired AS (
     SELECT id FROM {tasks}
-     WHERE status = 'claimed' AND claim_expires_at < now() AND attempts >= max_attempts
+     WHERE status = 'claimed' AND claim_expires_at < now()
      ORDER BY claim_expires_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 )
 UPDATE {tasks} AS t
-   SET status = 'dead',
-       last_error = format(
+   SET status = CASE WHEN t.attempts >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+       last_error = CASE WHEN t.attempts >= t.max_attempts THEN format(
            'claims expired: attempt %%s of %%s (by %%s) ended without a result '
            'and no attempts are left', t.attempts, t.max_attempts,
            coalesce(t.claimed_by, 'unknown'))
-           || coalesce('; previous error: ' || left(t.last_error, 2000), ''),
-       {clear_claim}
-  FROM doomed
- WHERE t.id = doomed.id
+           || coalesce('; previous error: ' || left(t.last_error, 2000), '')
+           ELSE t.last_error END,
+       claim_token = CASE WHEN t.attempts >= t.max_attempts THEN NULL ELSE t.claim_token END,
+       claimed_by = CASE WHEN t.attempts >= t.max_attempts THEN NULL ELSE t.claimed_by END,
+       claim_expires_at = NULL,
+       updated_at = now()
+  FROM expired
+ WHERE t.id = expired.id
+RETURNING t.id, t.status
 """
 
-# Two index scans, each stopping after n rows: pending rows in lane order, and expired claims
-# (still within max_attempts) by expiry. The n best of both, hot first then oldest, win.
-# Rows locked by another claimer are skipped, never waited for.
+# One index scan that stops after n rows, hot lane first, then oldest. Expired claims were
+# returned to pending by _RECLAIM earlier in the same transaction, so they queue here by
+# their lane and age. Rows locked by another claimer are skipped, never waited for.
 _CLAIM = """
-WITH pending AS (
-    SELECT id, priority_rank FROM {tasks}
+WITH picked AS (
+    SELECT id FROM {tasks}
      WHERE status = 'pending'
      ORDER BY priority_rank, id
      LIMIT %(n)s
        FOR UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, priority_rank FROM {tasks}
-     WHERE status = 'claimed' AND claim_expires_at < now() AND attempts < max_attempts
-     ORDER BY claim_expires_at
-     LIMIT %(n)s
-       FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS candidates
-     ORDER BY priority_rank, id
-     LIMIT %(n)s
 )
 UPDATE {tasks} AS t
    SET status = 'claimed',
@@ -94,6 +93,10 @@ UPDATE {tasks} AS t
 RETURNING {columns}, t.priority_rank
 """
 
+# A claim token is current while the row is claimed with it, and also after its claim expired
+# and _RECLAIM put the row back in pending, until the next claim replaces the token.
+_CURRENT = "t.status IN ('claimed', 'pending') AND t.claim_token = r.token"
+
 _COMPLETE = """
 UPDATE {tasks} AS t
    SET status = 'solved', answer = r.answer, model = r.model,
@@ -101,7 +104,7 @@ UPDATE {tasks} AS t
        solved_at = now(), {clear_claim}
   FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::int[], %s::int[])
        AS r(id, token, answer, model, input_tokens, output_tokens)
- WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+ WHERE t.id = r.id AND {current}
 RETURNING t.id
 """
 
@@ -111,7 +114,7 @@ UPDATE {tasks} AS t
                      THEN 'pending' ELSE 'dead' END,
        last_error = r.error, {clear_claim}
   FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::boolean[]) AS r(id, token, error, retryable)
- WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+ WHERE t.id = r.id AND {current}
 RETURNING t.id, t.status
 """
 
@@ -119,15 +122,15 @@ _RELEASE = """
 UPDATE {tasks} AS t
    SET status = 'pending', attempts = greatest(t.attempts - 1, 0), {clear_claim}
   FROM unnest(%s::bigint[], %s::uuid[]) AS r(id, token)
- WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+ WHERE t.id = r.id AND {current}
 RETURNING t.id
 """
 
 _EXTEND = """
 UPDATE {tasks} AS t
-   SET claim_expires_at = now() + make_interval(secs => %s), updated_at = now()
+   SET status = 'claimed', claim_expires_at = now() + make_interval(secs => %s), updated_at = now()
   FROM unnest(%s::bigint[], %s::uuid[]) AS r(id, token)
- WHERE t.id = r.id AND t.status = 'claimed' AND t.claim_token = r.token
+ WHERE t.id = r.id AND {current}
 RETURNING t.id
 """
 
@@ -139,6 +142,21 @@ SELECT (SELECT count(*) FROM {tasks} WHERE status = 'pending')
      + (SELECT count(*) FROM {tasks} WHERE status = 'claimed' AND claim_expires_at < now())
 """
 
+# Live claims (others still working) and the earliest expiry among them; from the index.
+_LIVE_CLAIMS = """
+SELECT count(*), min(claim_expires_at),
+       extract(epoch FROM min(claim_expires_at) - now())::float8
+  FROM {tasks}
+ WHERE status = 'claimed' AND claim_expires_at >= now()
+"""
+
+# Seconds until the earliest claim expires (negative: one already has); NULL with no claims.
+_NEXT_EXPIRY = """
+SELECT extract(epoch FROM min(claim_expires_at) - now())::float8
+  FROM {tasks}
+ WHERE status = 'claimed'
+"""
+
 _GET = "SELECT {columns} FROM {tasks} AS t WHERE t.id = %s"
 
 
@@ -148,7 +166,7 @@ class Queries:
 
     enqueue: sql.Composed
     notify: sql.SQL
-    dead_letter_expired: sql.Composed
+    reclaim: sql.Composed
     claim: sql.Composed
     complete: sql.Composed
     fail: sql.Composed
@@ -156,6 +174,8 @@ class Queries:
     extend: sql.Composed
     counts: sql.Composed
     backlog: sql.Composed
+    live_claims: sql.Composed
+    next_expiry: sql.Composed
     get: sql.Composed
 
     @classmethod
@@ -164,13 +184,14 @@ class Queries:
             return sql.SQL(template).format(
                 tasks=names.tasks,
                 clear_claim=sql.SQL(_CLEAR_CLAIM),
+                current=sql.SQL(_CURRENT),
                 columns=sql.SQL(CLAIMED_COLUMNS if template is _CLAIM else ROW_COLUMNS),
             )
 
         return cls(
             enqueue=compose(_ENQUEUE),
             notify=sql.SQL("SELECT pg_notify(%s, %s)"),
-            dead_letter_expired=compose(_DEAD_LETTER_EXPIRED),
+            reclaim=compose(_RECLAIM),
             claim=compose(_CLAIM),
             complete=compose(_COMPLETE),
             fail=compose(_FAIL),
@@ -178,5 +199,7 @@ class Queries:
             extend=compose(_EXTEND),
             counts=compose(_COUNTS),
             backlog=compose(_BACKLOG),
+            live_claims=compose(_LIVE_CLAIMS),
+            next_expiry=compose(_NEXT_EXPIRY),
             get=compose(_GET),
         )

@@ -24,6 +24,7 @@ from airflow_llm_router.store import models
 from airflow_llm_router.store.models import (
     STATUSES,
     ClaimedTask,
+    ClaimsInProgress,
     TaskFailure,
     TaskResult,
     TaskRow,
@@ -39,8 +40,19 @@ from airflow_llm_router.store.watch import BacklogWatch
 
 log = logging.getLogger(__name__)
 
-#: Most expired, exhausted claims dead-lettered per :meth:`TaskStore.claim` (at least ``n``).
-DEAD_LETTER_BATCH = 100
+#: Most expired claims returned to pending (or dead-lettered) per call; a claim of ``n``
+#: returns at least ``n``. More are returned by the next call.
+RECLAIM_BATCH = 1000
+
+def log_reclaimed(back: models.Reclaimed, schema: str, table: str) -> None:
+    """Say what a reclaim did (counts only: never a prompt)."""
+    if back.pending:
+        log.info("Returned %d expired claims to pending in %s.%s", len(back.pending), schema,
+                 table)
+    if back.dead:
+        log.warning("Dead-lettered %d tasks whose last claim expired in %s.%s", back.dead,
+                    schema, table)
+
 
 class TaskStore:
     """The backlog of LLM tasks in ``<schema>.<table>``.
@@ -198,9 +210,10 @@ class TaskStore:
     def claim(self, n: int, *, worker_id: str, claim_ttl_s: float) -> list[ClaimedTask]:
         """Claim up to ``n`` tasks, hot first, then oldest.
 
-        Eligible are pending tasks and claimed tasks whose claim expired (their worker is
-        presumed gone). Each claim counts an attempt and gets a fresh ``claim_token``.
-        Expired claims that used their last attempt are dead-lettered instead.
+        Expired claims (their worker is presumed gone) are first returned to pending in the
+        same transaction (:meth:`reclaim`), so they queue by their lane and age; those left
+        for others are announced on :attr:`notify_channel`. Each claim counts an attempt
+        and gets a fresh ``claim_token``.
 
         :param n: most tasks to claim; 0 returns ``[]`` without touching the database.
         :param worker_id: who claims, stored in ``claimed_by`` for diagnostics.
@@ -213,17 +226,42 @@ class TaskStore:
         if n == 0:
             return []
         with self._transaction() as conn:
-            dead = conn.execute(
-                self._queries.dead_letter_expired, {"limit": max(n, DEAD_LETTER_BATCH)}
-            ).rowcount
+            back = self._return_expired(conn, max(n, RECLAIM_BATCH))
             rows = conn.execute(
                 self._queries.claim,
                 {"n": n, "worker_id": worker_id, "ttl": float(claim_ttl_s)},
             ).fetchall()
-        if dead:
-            log.warning("Dead-lettered %d tasks whose last claim expired", dead)
+            self._announce(conn, len(back.pending - {row[0] for row in rows}))
         rows.sort(key=lambda row: (row[-1], row[0]))
         return [_claimed_task(row) for row in rows]
+
+    def reclaim(self) -> int:
+        """Return expired claims to pending now and announce them; :meth:`claim`,
+        :meth:`backlog_size` and :meth:`claims_in_progress` do this first, so there is
+        rarely a need to call it.
+
+        A returned task keeps its attempt count (the next claim counts one more); one whose
+        expired claim was its last attempt is dead-lettered instead. Those back in pending
+        are announced on :attr:`notify_channel` like an enqueue (payload: how many), so
+        watchers and lingering solvers wake. Up to ``RECLAIM_BATCH`` per call.
+
+        :return: how many tasks went back to pending.
+        """
+        with self._transaction() as conn:
+            back = self._return_expired(conn, RECLAIM_BATCH)
+            self._announce(conn, len(back.pending))
+        return len(back.pending)
+
+    def _return_expired(self, conn: psycopg.Connection[Any], limit: int) -> models.Reclaimed:
+        back = models.Reclaimed.from_rows(
+            conn.execute(self._queries.reclaim, {"limit": limit}).fetchall())
+        log_reclaimed(back, self.schema, self.table)
+        return back
+
+    def _announce(self, conn: psycopg.Connection[Any], count: int) -> None:
+        """Notify on commit that ``count`` tasks became claimable (nothing if 0)."""
+        if count:
+            conn.execute(self._queries.notify, (self.notify_channel, str(count)))
 
     def complete(
         self,
@@ -355,10 +393,33 @@ class TaskStore:
         return result
 
     def backlog_size(self) -> int:
-        """Tasks a claim could take now: pending plus expired claims. Read from the indexes."""
+        """Tasks a claim could take now: pending plus expired claims. Read from the indexes,
+        after returning expired claims to pending and announcing them (see :meth:`reclaim`).
+
+        0 does not mean drained while others still hold live claims: their workers may
+        die and the tasks come back; ask :meth:`claims_in_progress`.
+        """
         with self._transaction() as conn:
+            back = self._return_expired(conn, RECLAIM_BATCH)
+            self._announce(conn, len(back.pending))
             row = conn.execute(self._queries.backlog).fetchone()
         return int(row[0]) if row else 0
+
+    def claims_in_progress(self) -> ClaimsInProgress:
+        """Live claims (not yet expired) and when the first of them expires, after returning
+        expired claims to pending (see :meth:`reclaim`).
+
+        A drain that finds the backlog empty but claims in progress should wait (linger)
+        until ``next_expiry_s`` or a notification, rather than report itself done: if those
+        workers died, their tasks come back then and are announced.
+        """
+        with self._transaction() as conn:
+            back = self._return_expired(conn, RECLAIM_BATCH)
+            self._announce(conn, len(back.pending))
+            row = conn.execute(self._queries.live_claims).fetchone()
+        if row is None:
+            return ClaimsInProgress(0, None, None)
+        return ClaimsInProgress(int(row[0]), row[1], row[2])
 
     def get(self, task_id: int) -> TaskRow | None:
         """The full row of one task, or None if there is no such id."""

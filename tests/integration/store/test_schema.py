@@ -145,19 +145,21 @@ def test_identifiers_are_validated(pg_dsn: str, kwargs: dict[str, str], field: s
     assert "lower-case" in str(info.value)
 
 
-def test_claim_statements_can_use_the_partial_indexes(store: TaskStore) -> None:
-    """With sequential scans priced out, the plan must still find an index for each arm."""
-    store.enqueue([f"p{i}" for i in range(50)])
+def _plan(store: TaskStore, query: sql.Composable, params: dict[str, object]) -> str:
     conn = store._connection()
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
-        plan = "\n".join(
-            row[0]
-            for row in conn.execute(
-                sql.SQL("EXPLAIN ") + store._queries.claim,
-                {"n": 10, "worker_id": "w", "ttl": 1.0},
-            )
-        )
-    assert "tasks_pending_idx" in plan
-    assert "tasks_claimed_exp_idx" in plan
-    assert "Seq Scan" not in plan
+        return "\n".join(row[0] for row in conn.execute(sql.SQL("EXPLAIN ") + query, params))
+
+
+def test_claim_statements_can_use_the_partial_indexes(store: TaskStore) -> None:
+    """With sequential scans priced out, the plan must still find an index for each step."""
+    store.enqueue([f"p{i}" for i in range(50)])
+    claim = _plan(store, store._queries.claim, {"n": 10, "worker_id": "w", "ttl": 1.0})
+    assert "tasks_pending_idx" in claim
+    for query, params in [(store._queries.reclaim, {"limit": 1000}),
+                          (store._queries.live_claims, {}), (store._queries.next_expiry, {})]:
+        plan = _plan(store, query, params)
+        assert "tasks_claimed_exp_idx" in plan
+        assert "Seq Scan" not in plan
+    assert "Seq Scan" not in claim
