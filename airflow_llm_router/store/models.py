@@ -6,6 +6,7 @@ check and serialise these objects without a connection.
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,6 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from airflow_llm_router.exceptions import TaskValidationError
+
+log = logging.getLogger("airflow_llm_router.store")
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -162,6 +165,15 @@ class Reclaimed:
             else:
                 dead += 1
         return cls(frozenset(pending), dead)
+
+    def log(self, schema: str, table: str) -> None:
+        """Say what the pass did (counts only, never a prompt)."""
+        if self.pending:
+            log.info("Returned %d expired claims to pending in %s.%s", len(self.pending),
+                     schema, table)
+        if self.dead:
+            log.warning("Dead-lettered %d tasks whose last claim expired in %s.%s", self.dead,
+                        schema, table)
 
 
 # --- validation -------------------------------------------------------------------------

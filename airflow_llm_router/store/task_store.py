@@ -44,16 +44,6 @@ log = logging.getLogger(__name__)
 #: returns at least ``n``. More are returned by the next call.
 RECLAIM_BATCH = 1000
 
-def log_reclaimed(back: models.Reclaimed, schema: str, table: str) -> None:
-    """Say what a reclaim did (counts only: never a prompt)."""
-    if back.pending:
-        log.info("Returned %d expired claims to pending in %s.%s", len(back.pending), schema,
-                 table)
-    if back.dead:
-        log.warning("Dead-lettered %d tasks whose last claim expired in %s.%s", back.dead,
-                    schema, table)
-
-
 class TaskStore:
     """The backlog of LLM tasks in ``<schema>.<table>``.
 
@@ -255,7 +245,7 @@ class TaskStore:
     def _return_expired(self, conn: psycopg.Connection[Any], limit: int) -> models.Reclaimed:
         back = models.Reclaimed.from_rows(
             conn.execute(self._queries.reclaim, {"limit": limit}).fetchall())
-        log_reclaimed(back, self.schema, self.table)
+        back.log(self.schema, self.table)
         return back
 
     def _announce(self, conn: psycopg.Connection[Any], count: int) -> None:
