@@ -1,4 +1,5 @@
-"""Triggers that wait on the task store's backlog in the triggerer, woken by its enqueues.
+"""Triggers that wait on the task store's backlog in the triggerer, woken by its enqueues and
+by claims that expire (a worker died holding them).
 
 - :class:`BacklogArrivalTrigger` watches an asset: it fires when tasks arrive, so a DAG
   scheduled on that asset starts within seconds of new work, not at its next cron tick.
@@ -9,7 +10,8 @@
 Both LISTEN on the store's channel (:class:`~airflow_llm_router.store.watch.BacklogWatch`)
 and read the backlog once after they start listening, so tasks enqueued before they started
 are not missed; both also re-read it every ``poll_interval_s`` in case a notification was
-lost (a dropped connection).
+lost (a dropped connection). The watch also wakes at the earliest claim expiry and returns
+expired claims to pending, so stranded work fires them with nobody enqueuing.
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ class BacklogArrivalTrigger(BaseEventTrigger):
     drain DAG is scheduled on.
 
     It fires once at start if the backlog is not empty (work that came while nobody
-    watched), then on each enqueue, and when a periodic re-read finds the backlog grown with
-    no notification (one was lost); a backlog shrinking under a drain fires nothing.
+    watched), then on each enqueue, when expired claims come back to pending (announced by
+    whoever returned them, or returned by this trigger's watch at their expiry), and when a
+    periodic re-read finds the backlog grown with no notification (one was lost); a backlog
+    shrinking under a drain fires nothing.
     Enqueues within ``min_interval_s`` of an event are folded into one more event at the end
     of that interval, so a stream of small enqueues does not queue a DAG run per enqueue;
     the first enqueue after a quiet spell fires at once.
-    Event payload: ``{"backlog": tasks claimable now, "announced": tasks the enqueues
-    announced since the last event}``.
+    Event payload: ``{"backlog": tasks claimable now, "announced": tasks the enqueues and
+    returned claims announced since the last event}``.
 
     :param postgres_conn_id: the PostgreSQL connection of the task store.
     :param min_interval_s: the shortest time between two events.
