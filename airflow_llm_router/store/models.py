@@ -1,20 +1,17 @@
-"""Value objects of the task store and the validation of what callers hand to it.
+"""Value objects of the task store: claimed tasks, rows, results, failures, claim counts.
 
-Everything here is pure Python (no database), so the operator and the trigger can build,
-check and serialise these objects without a connection.
+Everything here is pure Python (no database), so the operator and the trigger can build
+and serialise these objects without a connection. Checks of what callers hand to the store
+are in :mod:`.checks` and :mod:`.validation`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
-
-from airflow_llm_router.exceptions import TaskValidationError
 
 log = logging.getLogger("airflow_llm_router.store")
 
@@ -174,98 +171,3 @@ class Reclaimed:
         if self.dead:
             log.warning("Dead-lettered %d tasks whose last claim expired in %s.%s", self.dead,
                         schema, table)
-
-
-# --- validation -------------------------------------------------------------------------
-
-
-def validate_claim_args(n: object, worker_id: object, claim_ttl_s: object) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise TaskValidationError("n", f"must be an integer >= 0, got {n!r}")
-    if not isinstance(worker_id, str) or not worker_id.strip():
-        raise TaskValidationError(
-            "worker_id", "must be a non-empty string naming the claimer, e.g. the task instance"
-        )
-    validate_ttl(claim_ttl_s)
-
-
-def validate_ttl(claim_ttl_s: object) -> float:
-    if (
-        isinstance(claim_ttl_s, bool)
-        or not isinstance(claim_ttl_s, (int, float))
-        or not math.isfinite(claim_ttl_s)
-        or claim_ttl_s <= 0
-    ):
-        raise TaskValidationError(
-            "claim_ttl_s", f"must be a positive number of seconds, got {claim_ttl_s!r}"
-        )
-    return float(claim_ttl_s)
-
-
-def validate_task_id(field_name: str, task_id: object) -> int:
-    if isinstance(task_id, bool) or not isinstance(task_id, int):
-        raise TaskValidationError(field_name, f"must be an integer task id, got {task_id!r}")
-    return task_id
-
-
-def validate_token(field_name: str, token: object) -> str:
-    """Claim tokens are UUIDs; a malformed one is a caller bug, not a stale claim."""
-    try:
-        return str(uuid.UUID(str(token)))
-    except ValueError as err:
-        raise TaskValidationError(
-            field_name, f"is not a claim token (a UUID from claim()), got {token!r}"
-        ) from err
-
-
-def validate_tokens(field_name: str, count: object) -> int | None:
-    if count is None:
-        return None
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise TaskValidationError(field_name, f"must be None or an integer >= 0, got {count!r}")
-    return count
-
-
-def clean_text(value: str) -> str:
-    """PostgreSQL text cannot hold NUL; replace it rather than fail a whole chunk."""
-    return value.replace("\x00", "\ufffd")
-
-
-def clean_error(error: object) -> str:
-    """Make an error message storable: a string, no NUL, at most ``MAX_ERROR_CHARS``."""
-    text = clean_text(str(error))
-    if len(text) > MAX_ERROR_CHARS:
-        cut = len(text) - MAX_ERROR_CHARS
-        text = f"{text[:MAX_ERROR_CHARS]}... [{cut} more characters truncated]"
-    return text
-
-
-def claim_pairs(claims: object, field_name: str = "claims") -> list[tuple[int, str]]:
-    """Normalise claims given as ``{id: token}``, ``[(id, token)]`` or ``[ClaimedTask]``."""
-    if isinstance(claims, Mapping):
-        items: Iterable[object] = list(claims.items())
-    elif isinstance(claims, Iterable) and not isinstance(claims, (str, bytes)):
-        items = claims
-    else:
-        raise TaskValidationError(
-            field_name, "must be a dict {task_id: claim_token}, (id, token) pairs or ClaimedTasks"
-        )
-    pairs: list[tuple[int, str]] = []
-    seen: set[int] = set()
-    for i, item in enumerate(items):
-        if isinstance(item, ClaimedTask):
-            task_id, token = item.id, item.claim_token
-        elif isinstance(item, tuple) and len(item) == 2:
-            task_id, token = item
-        else:
-            raise TaskValidationError(
-                f"{field_name}[{i}]", "must be an (id, claim_token) pair or a ClaimedTask"
-            )
-        task_id = validate_task_id(f"{field_name}[{i}].task_id", task_id)
-        if task_id in seen:
-            raise TaskValidationError(
-                f"{field_name}[{i}]", f"task {task_id} appears twice; give each task once"
-            )
-        seen.add(task_id)
-        pairs.append((task_id, validate_token(f"{field_name}[{i}].claim_token", token)))
-    return pairs

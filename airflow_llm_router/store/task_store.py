@@ -16,11 +16,11 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from airflow_llm_router.exceptions import TaskStoreError, TaskValidationError
+from airflow_llm_router.exceptions import TaskStoreError
 from airflow_llm_router.pg import TableNames, dsn_from_connection, migrate
-from airflow_llm_router.store import models
+from airflow_llm_router.store import checks, models
 from airflow_llm_router.store.models import (
     STATUSES,
     ClaimedTask,
@@ -123,7 +123,7 @@ class TaskStore:
             params.setdefault("application_name", "airflow-llm-router")
             params.setdefault("connect_timeout", 10)
             try:
-                self._conn = psycopg.connect(autocommit=False, **params)
+                self._conn = psycopg.connect(make_conninfo("", **params), autocommit=False)
             except psycopg.OperationalError as err:
                 raise TaskStoreError(f"cannot connect to the task store: {err}") from err
         return self._conn
@@ -212,7 +212,7 @@ class TaskStore:
         :return: the claimed tasks in claim order; fewer than ``n`` (maybe none) if the
             backlog is short or other claimers hold the rest.
         """
-        models.validate_claim_args(n, worker_id, claim_ttl_s)
+        checks.validate_claim_args(n, worker_id, claim_ttl_s)
         if n == 0:
             return []
         with self._transaction() as conn:
@@ -223,7 +223,7 @@ class TaskStore:
             ).fetchall()
             self._announce(conn, len(back.pending - {row[0] for row in rows}))
         rows.sort(key=lambda row: (row[-1], row[0]))
-        return [_claimed_task(row) for row in rows]
+        return [checks.claimed_task(row) for row in rows]
 
     def reclaim(self) -> int:
         """Return expired claims to pending now and announce them; :meth:`claim`,
@@ -276,8 +276,8 @@ class TaskStore:
         :param results: :class:`TaskResult` objects or dicts with the same keys.
         :return: for every task id, whether its answer was written.
         """
-        checked = [_result(i, r) for i, r in enumerate(results)]
-        _reject_duplicates("results", [r.task_id for r in checked])
+        checked = [checks.check_result(i, r) for i, r in enumerate(results)]
+        checks.reject_duplicates("results", [r.task_id for r in checked])
         if not checked:
             return {}
         with self._transaction() as conn:
@@ -311,8 +311,8 @@ class TaskStore:
         self, failures: Iterable[TaskFailure | Mapping[str, Any]]
     ) -> dict[int, str | None]:
         """Fenced :meth:`fail` of a chunk in one statement; new status (or None) per id."""
-        checked = [_failure(i, f) for i, f in enumerate(failures)]
-        _reject_duplicates("failures", [f.task_id for f in checked])
+        checked = [checks.check_failure(i, f) for i, f in enumerate(failures)]
+        checks.reject_duplicates("failures", [f.task_id for f in checked])
         if not checked:
             return {}
         with self._transaction() as conn:
@@ -339,7 +339,7 @@ class TaskStore:
         self, claims: Mapping[int, str] | Iterable[tuple[int, str] | ClaimedTask]
     ) -> dict[int, bool]:
         """Fenced :meth:`release` of a chunk in one statement; whether each was released."""
-        pairs = models.claim_pairs(claims)
+        pairs = checks.claim_pairs(claims)
         if not pairs:
             return {}
         with self._transaction() as conn:
@@ -362,8 +362,8 @@ class TaskStore:
         :param claims: ``{task_id: claim_token}``, ``(id, token)`` pairs or ClaimedTasks.
         :return: how many claims were extended; fewer than given means some were superseded.
         """
-        ttl = models.validate_ttl(claim_ttl_s)
-        pairs = models.claim_pairs(claims)
+        ttl = checks.validate_ttl(claim_ttl_s)
+        pairs = checks.claim_pairs(claims)
         if not pairs:
             return 0
         with self._transaction() as conn:
@@ -413,7 +413,7 @@ class TaskStore:
 
     def get(self, task_id: int) -> TaskRow | None:
         """The full row of one task, or None if there is no such id."""
-        models.validate_task_id("task_id", task_id)
+        checks.validate_task_id("task_id", task_id)
         with self._transaction() as conn:
             row = conn.execute(self._queries.get, (task_id,)).fetchone()
         if row is None:
@@ -421,66 +421,3 @@ class TaskStore:
         values = list(row)
         values[4] = tuple(values[4]) if values[4] is not None else None
         return TaskRow(*values)
-
-
-def _claimed_task(row: Sequence[Any]) -> ClaimedTask:
-    return ClaimedTask(
-        id=row[0],
-        prompt=row[1],
-        kind=row[2],
-        priority=row[3],
-        allowed_models=tuple(row[4]) if row[4] is not None else None,
-        attempts=row[5],
-        max_attempts=row[6],
-        claim_token=row[7],
-        metadata=row[8] or {},
-    )
-
-
-def _result(i: int, item: TaskResult | Mapping[str, Any]) -> TaskResult:
-    """Validate one result; answers and model names are made storable, never rejected."""
-    if isinstance(item, Mapping):
-        try:
-            item = TaskResult(**item)
-        except TypeError as err:
-            raise TaskValidationError(f"results[{i}]", str(err)) from err
-    if not isinstance(item, TaskResult):
-        raise TaskValidationError(f"results[{i}]", "must be a TaskResult or a dict")
-    if not isinstance(item.answer, str) or not isinstance(item.model, str) or not item.model:
-        raise TaskValidationError(
-            f"results[{i}]", "answer must be a string and model a non-empty string"
-        )
-    return TaskResult(
-        task_id=models.validate_task_id(f"results[{i}].task_id", item.task_id),
-        claim_token=models.validate_token(f"results[{i}].claim_token", item.claim_token),
-        answer=models.clean_text(item.answer),
-        model=models.clean_text(item.model),
-        input_tokens=models.validate_tokens(f"results[{i}].input_tokens", item.input_tokens),
-        output_tokens=models.validate_tokens(f"results[{i}].output_tokens", item.output_tokens),
-    )
-
-
-def _failure(i: int, item: TaskFailure | Mapping[str, Any]) -> TaskFailure:
-    if isinstance(item, Mapping):
-        try:
-            item = TaskFailure(**item)
-        except TypeError as err:
-            raise TaskValidationError(f"failures[{i}]", str(err)) from err
-    if not isinstance(item, TaskFailure):
-        raise TaskValidationError(f"failures[{i}]", "must be a TaskFailure or a dict")
-    return TaskFailure(
-        task_id=models.validate_task_id(f"failures[{i}].task_id", item.task_id),
-        claim_token=models.validate_token(f"failures[{i}].claim_token", item.claim_token),
-        error=models.clean_error(item.error),
-        retryable=bool(item.retryable),
-    )
-
-
-def _reject_duplicates(field_name: str, ids: list[int]) -> None:
-    seen: set[int] = set()
-    for task_id in ids:
-        if task_id in seen:
-            raise TaskValidationError(
-                field_name, f"task {task_id} appears twice; give each task once per call"
-            )
-        seen.add(task_id)
