@@ -131,7 +131,9 @@ class BacklogWatch:
         return None if row is None or row[0] is None else float(row[0])
 
     async def arrival(self, timeout_s: float) -> int:
-        """Wait up to ``timeout_s`` for tasks to become claimable; how many (0 if none).
+        """Wait up to ``timeout_s`` for tasks to become claimable; how many this watcher
+        heard of or returned itself (0 if none; with several watchers returning claims at
+        once each may count only its share, so read :meth:`backlog` for the total).
 
         Wakes on the announcements of other sessions (enqueues, claims returned by a store
         call), taking all that are already queued, and at the expiry of the earliest live
