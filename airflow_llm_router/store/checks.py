@@ -7,12 +7,19 @@ What :meth:`TaskStore.enqueue` is handed is checked in :mod:`.validation`.
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.store.models import MAX_ERROR_CHARS, ClaimedTask, TaskFailure, TaskResult
+from airflow_llm_router.store.validation import text_problem
+
+#: Longest ``worker_id`` a claim accepts (it is stored in ``claimed_by``).
+MAX_WORKER_ID_CHARS = 1000
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def validate_claim_args(n: object, worker_id: object, claim_ttl_s: object) -> None:
@@ -22,6 +29,11 @@ def validate_claim_args(n: object, worker_id: object, claim_ttl_s: object) -> No
         raise TaskValidationError(
             "worker_id", "must be a non-empty string naming the claimer, e.g. the task instance"
         )
+    if len(worker_id) > MAX_WORKER_ID_CHARS:
+        raise TaskValidationError(
+            "worker_id", f"has {len(worker_id)} characters; at most {MAX_WORKER_ID_CHARS}")
+    if problem := text_problem(worker_id):
+        raise TaskValidationError("worker_id", problem)
     validate_ttl(claim_ttl_s)
 
 
@@ -63,8 +75,14 @@ def validate_tokens(field_name: str, count: object) -> int | None:
 
 
 def clean_text(value: str) -> str:
-    """PostgreSQL text cannot hold NUL; replace it rather than fail a whole chunk."""
-    return value.replace("\x00", "\ufffd")
+    """PostgreSQL text cannot hold NUL, nor UTF-8 a lone surrogate (a backend's JSON may
+    decode to one): replace them with U+FFFD rather than fail a whole chunk of answers."""
+    value = value.replace("\x00", "\ufffd")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", value)
+    return value
 
 
 def clean_error(error: object) -> str:

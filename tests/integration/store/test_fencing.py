@@ -201,3 +201,28 @@ def test_write_validation_names_the_field(
     with pytest.raises(TaskValidationError) as info:
         call(store)
     assert info.value.field == field
+
+
+def test_answers_and_errors_with_unstorable_text_are_made_storable(store: TaskStore) -> None:
+    """A backend's JSON may decode to lone surrogates; the paid answer is written with
+    U+FFFD in their place instead of failing the whole chunk."""
+    store.enqueue(["p", "q"])
+    a, b = store.claim(2, worker_id="w", claim_ttl_s=30)
+    written = store.complete_many([
+        TaskResult(a.id, a.claim_token, "half an emoji \ud83d and a NUL \x00", "m\udfff")])
+    assert written == {a.id: True}
+    row = store.get(a.id)
+    assert row is not None
+    assert (row.answer, row.model) == ("half an emoji \ufffd and a NUL \ufffd", "m\ufffd")
+    assert store.fail(b.id, b.claim_token, error="bad \ud800 byte", retryable=False) == "dead"
+    failed = store.get(b.id)
+    assert failed is not None and failed.last_error == "bad \ufffd byte"
+
+
+@pytest.mark.parametrize("worker_id", ["nul\x00", "\ud800", "w" * 1001])
+def test_unstorable_worker_id_is_refused(store: TaskStore, worker_id: str) -> None:
+    store.enqueue(["p"])
+    with pytest.raises(TaskValidationError) as info:
+        store.claim(1, worker_id=worker_id, claim_ttl_s=30)
+    assert info.value.field == "worker_id"
+    assert store.counts()["pending"] == 1
