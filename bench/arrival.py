@@ -38,14 +38,14 @@ if str(ROOT) not in sys.path:  # run as ``python bench/<name>.py`` from anywhere
 
 import psycopg  # noqa: E402
 
-from airflow_llm_router.demo.stack import AirflowStack, PgServer, wait_for  # noqa: E402
 from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
-from airflow_llm_router.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
-from airflow_llm_router.simulator.profile import ModelProfile  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.store.watch import APPLICATION_NAME  # noqa: E402
 from bench.common import drop_namespace, publish  # noqa: E402
+from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
+from llm_router_devkit.simulator.profile import ModelProfile  # noqa: E402
+from llm_router_devkit.stack import AirflowStack, PgServer, wait_for  # noqa: E402
 
 SECTION = "## Start on arrival: enqueue to first admission"
 DAG_ID = "llm_router_drain"

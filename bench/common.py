@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from llm_router_devkit import redis_tools
 
 __all__ = ["drop_namespace", "publish", "write_section"]
 
@@ -27,11 +26,7 @@ def write_section(path: Path, heading: str, text: str) -> None:
 
 def drop_namespace(redis_url: str, namespace: str) -> None:
     """Delete every key of a router namespace (a benchmark's own, made for one run)."""
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    try:
-        client.drop_namespace()
-    finally:
-        client.close()
+    redis_tools.drop_namespace(redis_url, namespace)
 
 
 def publish(text: str, heading: str, out: Path, write: bool) -> None:

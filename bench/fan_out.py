@@ -8,7 +8,7 @@ with the mapped instances of the drain DAG (``dag.test()`` would run them one af
 
 Each run starts from nothing: a new simulator process (empty provider windows), a new router
 namespace (cold estimates, the priors only) and a new task-store schema seeded with the same
-prompts. The bound is the demo's (``airflow_llm_router.demo.bound``): per model
+prompts. The bound is the demo's (``llm_router_devkit.demo.fluid_bound``): per model
 ``R_m = min(rpm / W, tpm / (W * t), max_concurrency / L)`` with the mean tokens and latency of
 these prompts on that model, every prompt allowed on every model, plus one call's latency.
 
@@ -40,16 +40,16 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from airflow_llm_router.demo.bound import capacities, makespan_bound  # noqa: E402
-from airflow_llm_router.demo.quotas import router_quotas  # noqa: E402
-from airflow_llm_router.demo.seed import make_backlog  # noqa: E402
 from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
-from airflow_llm_router.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
-from airflow_llm_router.simulator.profile import ModelProfile  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.triggers.solve import SolveTrigger  # noqa: E402
 from bench.common import drop_namespace, publish  # noqa: E402
+from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound  # noqa: E402
+from llm_router_devkit.demo.router_quotas import router_quotas  # noqa: E402
+from llm_router_devkit.demo.seed import make_backlog  # noqa: E402
+from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
+from llm_router_devkit.simulator.profile import ModelProfile  # noqa: E402
 
 SECTION = "## Fan-out: advised parallelism against the capacity bound"
 # name, median latency s, output tokens mean, rpm, max_concurrency (provider time, 60 s window).
@@ -231,7 +231,7 @@ def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any, capacit
         "- Each run starts cold: new simulator, new router namespace (latency and output",
         "  priors only), new task schema with the same prompts. Makespan: from starting the",
         "  solvers to the last answer written.",
-        "- Bound (`airflow_llm_router.demo.bound`): per model `R_m = min(rpm / W,",
+        "- Bound (`llm_router_devkit.demo.fluid_bound`): per model `R_m = min(rpm / W,",
         "  max_concurrency / L)` with L the mean latency of these prompts there; fluid",
         f"  makespan n / sum(R_m) = {bound.fluid_s:.1f} s plus one call {bound.latency_s:.2f} s"
         f" = {bound.makespan_s:.1f} s. \"% of bound\" = bound makespan / makespan.",

@@ -32,14 +32,9 @@ POSTGRES_DSN = os.environ.get(
 def delete_namespace(namespace: str) -> int:
     """Delete every Redis key of a router namespace (what a Redis restart without
     persistence does to it); returns how many there were."""
-    from airflow_llm_router.engine.client import RouterClient
-    from airflow_llm_router.engine.types import RouterSettings
+    from llm_router_devkit.redis_tools import drop_namespace
 
-    client = RouterClient.from_url(REDIS_URL, RouterSettings(namespace=namespace))
-    try:
-        return client.drop_namespace()
-    finally:
-        client.close()
+    return drop_namespace(REDIS_URL, namespace)
 
 
 @pytest.fixture

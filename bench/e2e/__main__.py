@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_llm_router.demo.run import sigterm_as_interrupt
 from bench.e2e.run import DESIGNS, RunOptions, run_one
 from bench.e2e.workloads import WORKLOADS, build
+from llm_router_devkit.demo.run import sigterm_as_interrupt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_all(args: argparse.Namespace, out: Path) -> None:
-    from airflow_llm_router.simulator import SimulatorProfile
+    from llm_router_devkit.simulator import SimulatorProfile
 
     models = [m.name for m in SimulatorProfile.default().models]
     opts = RunOptions(time_scale=args.time_scale, seed=args.seed,

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_llm_router.demo.bound import capacities
-from airflow_llm_router.simulator import SimulatorProfile
 from bench.e2e import bottlenecks
 from bench.e2e.bound import PhasedBound, halved, phased_bound, release_bound
 from bench.e2e.metrics import (
@@ -28,6 +26,8 @@ from bench.e2e.metrics import (
     time_to_answer,
 )
 from bench.e2e.workloads import Workload, build
+from llm_router_devkit.demo.fluid_bound import capacities
+from llm_router_devkit.simulator import SimulatorProfile
 
 __all__ = ["analyse", "analyse_dir"]
 

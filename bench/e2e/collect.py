@@ -15,8 +15,8 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.simulator import SimulatorProfile
-from airflow_llm_router.simulator.workload import draw
+from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.simulator.workload import draw
 
 __all__ = ["airflow_records", "backend_records", "store_rows"]
 

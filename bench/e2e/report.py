@@ -213,7 +213,8 @@ def benchmarks_section(results: list[Mapping[str, Any]], images: Mapping[str, Pa
                 plots.append(f"![{stem}]({rel})")
     return "\n".join([
         "- Run it: Redis and PostgreSQL as for the tests (`scripts/test` starts them), "
-        "`pip install -e '.[bench]'`, then `python -m bench.e2e` (all workloads and designs, "
+        "`pip install -e . -e 'devkit[bench]'`, then `python -m bench.e2e` "
+        "(all workloads and designs, "
         "about 45 minutes; `--workloads`, `--designs`, `--time-scale`, "
         "`--as-is-deadline-min`, `--docs`: see `--help`).",
         f"- Command: `{command}` (raw records in `bench/results/{out.name}/`; this section, "

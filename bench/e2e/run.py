@@ -20,14 +20,14 @@ from typing import Any
 
 import httpx
 
-from airflow_llm_router.demo.bound import capacities
-from airflow_llm_router.demo.quotas import router_quotas
-from airflow_llm_router.demo.seed import seed_store
-from airflow_llm_router.demo.stack import PgServer
-from airflow_llm_router.simulator import SimulatorProfile
 from bench.e2e import collect
 from bench.e2e.services import Services, start_services
 from bench.e2e.workloads import Workload
+from llm_router_devkit.demo.fluid_bound import capacities
+from llm_router_devkit.demo.router_quotas import router_quotas
+from llm_router_devkit.demo.seed import seed_store
+from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.stack import PgServer
 
 __all__ = ["DESIGNS", "RunOptions", "run_one"]
 

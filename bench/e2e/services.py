@@ -19,15 +19,15 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.demo.airflow_env import postgres_connection, router_connection
-from airflow_llm_router.demo.quotas import router_quotas
-from airflow_llm_router.demo.run import drop_namespace
-from airflow_llm_router.demo.stack import AirflowStack, PgServer, wait_for
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
-from airflow_llm_router.simulator import SimulatorProfile
-from airflow_llm_router.simulator.server import SimulatorProcess
 from airflow_llm_router.store import TaskStore
+from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
+from llm_router_devkit.demo.router_quotas import router_quotas
+from llm_router_devkit.demo.run import drop_namespace
+from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.simulator.server import SimulatorProcess
+from llm_router_devkit.stack import AirflowStack, PgServer, wait_for
 
 __all__ = ["Services", "start_services"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from airflow_llm_router.demo.seed import SeedTask, make_backlog
+from llm_router_devkit.demo.seed import SeedTask, make_backlog
 
 __all__ = ["WORKLOADS", "Arrival", "QuotaChange", "Workload", "build"]
 

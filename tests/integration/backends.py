@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import pytest
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.simulator import SimulatorProcess, SimulatorProfile
-from airflow_llm_router.simulator.profile import ModelProfile
+from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
+from llm_router_devkit.simulator.profile import ModelProfile
 
 BIG_RPM, BIG_TPM, BIG_CONC = 10**6, 10**9, 10**4
 

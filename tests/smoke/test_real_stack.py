@@ -35,11 +35,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_llm_router.demo.stack import AirflowStack, PgServer, wait_for
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
-from airflow_llm_router.simulator import SimulatorProfile, SimulatorServer
 from airflow_llm_router.store import TaskStore
+from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
+from llm_router_devkit.stack import AirflowStack, PgServer, wait_for
 from tests.conftest import POSTGRES_DSN, REDIS_URL, delete_namespace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]

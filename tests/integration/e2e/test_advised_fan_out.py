@@ -9,9 +9,9 @@ import pytest
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
-from airflow_llm_router.simulator import SimulatorProfile
-from airflow_llm_router.simulator.profile import ModelProfile
 from airflow_llm_router.store import TaskStore
+from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.simulator.profile import ModelProfile
 from tests.integration.backends import serve_backend
 
 WINDOW_S = 1.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_llm_router.demo.seed import SeedTask
 from bench.e2e.analyse import as_is_routing_bound
 from bench.e2e.report import at_least_makespan, targets
 from bench.e2e.workloads import Workload
+from llm_router_devkit.demo.seed import SeedTask
 from tests.unit.bench.test_bound import CAPACITY
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_llm_router.demo.bound import ModelCapacity, makespan_bound
 from bench.e2e.bound import halved, phased_bound, release_bound
+from llm_router_devkit.demo.fluid_bound import ModelCapacity, makespan_bound
 
 
 def cap(model: str, rpm: int, latency_s: float = 0.5) -> ModelCapacity:

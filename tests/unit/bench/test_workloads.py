@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from airflow_llm_router.simulator import SimulatorProfile
 from bench.e2e.workloads import build
+from llm_router_devkit.simulator import SimulatorProfile
 
 MODELS = [m.name for m in SimulatorProfile.default().models]
 

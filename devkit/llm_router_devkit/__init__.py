@@ -1,0 +1,1 @@
+"""airflow-llm-router devkit: simulator, demo, real-stack harness (never production)."""

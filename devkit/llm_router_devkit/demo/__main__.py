@@ -1,0 +1,67 @@
+"""Command line of the demo: ``python -m llm_router_devkit.demo [--prompts N] ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llm_router_devkit.demo.run import DemoOptions, main_guarded
+
+_DEFAULTS = DemoOptions()
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = _DEFAULTS
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_router_devkit.demo",
+        description="Drain a seeded backlog through Airflow, the router and the Models Backend "
+        "simulator, and report traffic per model against its limits.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--prompts", type=int, default=d.prompts, help="tasks to seed")
+    add("--time-scale", type=float, default=d.time_scale,
+        help="simulator speed-up: latencies and the 60 s window are divided by this")
+    add("--seed", type=int, default=d.seed, help="seed of the backlog and the simulator")
+    add("--error-rate", type=float, default=d.error_rate,
+        help="probability that the simulator answers 500 to an accepted call")
+    add("--dag", default=d.dag, choices=["llm_router_drain", "as_is_baseline"],
+        help="which example DAG drains the backlog")
+    add("--fan-out", type=int, default=d.fan_out,
+        help="mapped solvers (drain DAG); 0: as many as the router advises")
+    add("--chunk-size", type=int, default=d.chunk_size, help="tasks per claim (drain DAG)")
+    add("--max-in-flight", type=int, default=d.max_in_flight,
+        help="model calls in flight per solver (drain DAG)")
+    add("--time-budget-s", type=float, default=d.time_budget_s,
+        help="wall-clock seconds after which a solver claims no new task (drain DAG)")
+    add("--redis-url", help="use this Redis instead of starting an embedded one")
+    add("--postgres-dsn", help="use this PostgreSQL instead of starting an embedded one")
+    add("--schema", default=d.schema,
+        help="PostgreSQL schema of the demo's task table (dropped and recreated!)")
+    add("--workdir", type=Path, default=d.workdir, help="where the embedded servers and "
+        "Airflow keep their files")
+    add("--dags-folder", type=Path, default=d.dags_folder, help="the example DAGs")
+    add("--progress-interval", type=float, default=d.progress_interval_s,
+        help="seconds between progress lines")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.prompts < 1 or args.time_scale <= 0:
+        _parser().error("--prompts must be >= 1 and --time-scale > 0")
+    opts = DemoOptions(
+        prompts=args.prompts, time_scale=args.time_scale, seed=args.seed,
+        error_rate=args.error_rate, dag=args.dag, fan_out=args.fan_out,
+        chunk_size=args.chunk_size, max_in_flight=args.max_in_flight,
+        time_budget_s=args.time_budget_s, redis_url=args.redis_url,
+        postgres_dsn=args.postgres_dsn, workdir=args.workdir, dags_folder=args.dags_folder,
+        schema=args.schema, progress_interval_s=args.progress_interval,
+    )
+    return main_guarded(opts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

