@@ -460,22 +460,35 @@ class ReleaseListener:
         await self._ready.wait()
 
     async def _listen(self) -> None:
+        """Subscribe and count events; after a lost connection (a Redis restart),
+        subscribe again with backoff, waking every waiter once (events may have been
+        missed meanwhile). Waiters never depend on it alone: each waits with a timeout."""
         assert self._ready is not None and self._changed is not None
-        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-        try:
-            await pubsub.subscribe(self._channel)
-            self._ready.set()
-            async for message in pubsub.listen():
-                if message.get("type") != "message":
-                    continue
-                async with self._changed:
-                    self.generation += 1
-                    if message.get("data") not in (b"*", "*"):  # not a release: a quota
-                        self.changes += 1
-                    self._changed.notify_all()
-        finally:
-            self._ready.set()
-            await pubsub.aclose()
+        pause = 0.05
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                self._ready.set()
+                pause = 0.05
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    async with self._changed:
+                        self.generation += 1
+                        if message.get("data") not in (b"*", "*"):  # not a release: a quota
+                            self.changes += 1
+                        self._changed.notify_all()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                    OSError) as err:
+                log.warning("release channel lost (%s); subscribing again", type(err).__name__)
+                self._ready.set()
+                self.poke()
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
 
     def poke(self) -> None:
         """Wake every waiter (a new request joined, say)."""

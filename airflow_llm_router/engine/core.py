@@ -27,7 +27,7 @@ from airflow_llm_router.engine.types import (
     Wait,
 )
 
-__all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step"]
+__all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step", "encode_request"]
 
 T = TypeVar("T")
 Decision = Admission | Wait | Rejection
@@ -137,7 +137,7 @@ class RouterCore:
         decisions: list[Decision] = []
         for start in range(0, len(requests), ADMIT_CHUNK):
             chunk = requests[start : start + ADMIT_CHUNK]
-            reply = yield Script("admit", items=tuple(_encode_request(r) for r in chunk))
+            reply = yield Script("admit", items=tuple(encode_request(r) for r in chunk))
             decisions.extend(self._decode(r, d) for r, d in zip(chunk, reply, strict=True))
         return decisions
 
@@ -210,7 +210,12 @@ class RouterCore:
                                  input_tokens_per_call=input_tokens_per_call)
 
 
-def _encode_request(r: AdmitRequest) -> list[Any]:
+def encode_request(r: AdmitRequest) -> list[Any]:
+    """``r`` as the admit script reads it.
+
+    :raises ValueError: naming the field of ``r`` that is invalid (a caller that queues
+        requests checks each on its own with this, so one bad request fails alone).
+    """
     models = _encode_models(r)
     hot = 1 if r.priority == "hot" else 0
     ordered = 1 if r.ordered else 0

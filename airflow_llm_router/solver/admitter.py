@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, replace
 
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import RELEASE_HELPS, AsyncRouterClient
+from airflow_llm_router.engine.core import encode_request
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
+from airflow_llm_router.solver.outage import RedisOutage
 
 __all__ = ["BatchAdmitter"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,8 +46,9 @@ class BatchAdmitter:
     Use as ``async with BatchAdmitter(client) as admitter: lease = await admitter.admit(r, t)``.
     """
 
-    def __init__(self, client: AsyncRouterClient) -> None:
+    def __init__(self, client: AsyncRouterClient, outage: RedisOutage | None = None) -> None:
         self._client = client
+        self._outage = outage or RedisOutage(0.0)
         self._pending: dict[str, _Pending] = {}
         self._task: asyncio.Task[None] | None = None
         self._route: tuple[str, ...] | None = None
@@ -58,7 +64,11 @@ class BatchAdmitter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._pending:
-            await self._client.cancel(list(self._pending))
+            try:
+                await self._client.cancel(list(self._pending))
+            except Exception as err:  # the waiters drop out by themselves at their deadline
+                log.warning("could not withdraw %d waiting requests: %s: %s",
+                            len(self._pending), type(err).__name__, err)
             for p in self._pending.values():
                 if not p.future.done():
                     p.future.set_result(None)
@@ -67,8 +77,13 @@ class BatchAdmitter:
     async def admit(self, request: AdmitRequest, timeout_s: float) -> Admission | None:
         """Wait for ``request``'s admission; None after ``timeout_s``.
 
-        :raises ImpossibleRequestError: no allowed model could ever admit it.
+        :raises ImpossibleRequestError: no allowed model could ever admit it, or the request
+            itself is invalid (a bad model name, say): it fails alone, never the queue.
         """
+        try:
+            encode_request(request)
+        except ValueError as err:
+            raise ImpossibleRequestError("invalid_request", str(err)) from err
         loop = asyncio.get_running_loop()
         pending = _Pending(request, loop.create_future(), loop.time() + timeout_s)
         self._pending[request.request_id] = pending
@@ -105,13 +120,27 @@ class BatchAdmitter:
         return replace(r, models=kept) if kept and kept != r.models else r
 
     async def _run(self) -> None:
+        """The admission loop. It never dies silently: should a round fail past the Redis
+        outage budget (or with an unexpected error), every waiting caller gets the error."""
+        try:
+            await self._rounds()
+        except Exception as err:
+            log.exception("the admission loop failed; %d waiting prompts get the error",
+                          len(self._pending))
+            for p in list(self._pending.values()):
+                if not p.future.done():
+                    p.future.set_exception(err)
+            raise
+
+    async def _rounds(self) -> None:
         loop = asyncio.get_running_loop()
         releases = self._client.releases
         while self._pending:
             seen = releases.mark()
             batch = list(self._pending.values())
             sent = [self._routed(p) for p in batch]
-            decisions = await self._client.admit_many(sent)
+            decisions = await self._outage.call(self._client.admit_many, sent,
+                                                what="admission")
             self.round_trips += 1
             soonest = float("inf")
             on_release = False  # whether a release could end one of the waits
@@ -137,7 +166,7 @@ class BatchAdmitter:
                     soonest = min(soonest, decision.retry_after_ms / 1000, p.deadline - now)
                     on_release = on_release or decision.reason in RELEASE_HELPS
             if expired:
-                await self._client.cancel(expired)
+                await self._outage.call(self._client.cancel, expired, what="cancel")
             # let the coroutines that were answered leave the queue before looking again
             await asyncio.sleep(0)
             if self._pending and soonest != float("inf"):

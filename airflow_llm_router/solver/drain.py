@@ -120,6 +120,7 @@ class _Draining:
     results: list[SolveResult] = field(default_factory=list)
     watch: BacklogWatch | None = None
     steered_at: float = 0.0
+    waiting_for_others: bool = False
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a store call in a thread, one at a time. If the drain is cancelled meanwhile,
@@ -143,6 +144,15 @@ class _Draining:
 
         return list(await self.call(take))
 
+    async def start(self, solver: Solver, n: int) -> list[asyncio.Task[SolveResult]]:
+        """Claim up to ``n`` tasks and start solving each."""
+        claimed = await self.claim(n)
+        if claimed:
+            self.state.chunks += 1
+            solver.progress.total += len(claimed)
+        return [asyncio.create_task(solver.solve(item))
+                for item in chunk_items(claimed, self.options.max_output_tokens)]
+
     async def flush(self) -> None:
         done, self.results = self.results, []
         if not done:
@@ -151,14 +161,40 @@ class _Draining:
         self.state.add(await self.call(write_results, self.store, tokens, done))
 
     async def idle(self) -> bool:
-        """Nothing in progress: whether to claim again (tasks remain, or arrived while
-        lingering) or stop (deadline passed; backlog empty and nothing arrived)."""
+        """Nothing in progress: whether to claim again (tasks remain, arrived while
+        lingering, or came back from a dead worker's claims) or stop (deadline passed;
+        backlog empty, nobody else holding claims, and nothing arrived)."""
         if time.time() >= self.options.deadline:
             return False
         if await self.call(self.store.backlog_size) == 0:
+            others = await self.call(self.store.claims_in_progress)
+            if others.count:
+                return await self.wait_for_others(others.count, others.next_expiry_s)
             return await self.linger()
         await asyncio.sleep(0.05)  # tasks remain: rows briefly locked by another claimer
         return True
+
+    async def wait_for_others(self, count: int, next_expiry_s: float | None) -> bool:
+        """The backlog is empty but ``count`` tasks are claimed by others: they may finish
+        them, or may have died (a crashed triggerer's claims stay live until they expire).
+        Not done yet: wait until the next claim expires (when the store returns it and
+        announces it) or a task arrives, then look again. False past the deadline."""
+        left = self.options.deadline - time.time()
+        if left <= 0:
+            return False
+        if not self.waiting_for_others:
+            log.info("backlog empty, %d tasks claimed by others: waiting for them (next "
+                     "claim expires in %.1f s)", count, next_expiry_s or 0.0)
+            self.waiting_for_others = True
+        await self.open_watch()
+        assert self.watch is not None
+        await self.watch.arrival(min(left, max(0.05, next_expiry_s or 0.0) + 0.05))
+        return True
+
+    async def open_watch(self) -> None:
+        """LISTEN on the store's channel from now on (the backlog is re-read after)."""
+        if self.watch is None:
+            self.watch = await self.store.watch().__aenter__()
 
     async def linger(self) -> bool:
         """With the backlog empty: wait up to ``linger_s`` (within the deadline) for new
@@ -167,8 +203,8 @@ class _Draining:
                                        self.options.deadline - time.time())
         if until <= time.monotonic():
             return False
-        if self.watch is None:  # LISTEN from now on; the backlog is re-read below
-            self.watch = await self.store.watch().__aenter__()
+        await self.open_watch()  # the backlog is re-read below
+        assert self.watch is not None
         while True:
             if await self.watch.backlog():
                 return True
@@ -198,6 +234,20 @@ class _Draining:
                             claim_ttl_s=self.options.claim_ttl_s)
 
 
+def _collect(done: set[asyncio.Task[SolveResult]],
+             results: list[SolveResult]) -> BaseException | None:
+    """Add the results of finished prompts; the first error of a prompt that failed (one
+    that raised, not one that ended ``failed``) is returned, after the others' results."""
+    failure: BaseException | None = None
+    for task in done:
+        err = task.exception()
+        if err is None:
+            results.append(task.result())
+        elif failure is None:
+            failure = err
+    return failure
+
+
 async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
                       state: DrainState) -> DrainState:
     """Claim, solve and write until the backlog is empty (and stays empty for
@@ -214,15 +264,12 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
             may_claim = time.time() < options.deadline and time.monotonic() >= quiet_until
             if may_claim and (open_slots >= refill or not active):
                 want = min(open_slots, options.claim_batch)
-                claimed = await d.claim(want)
-                if len(claimed) < want:
+                started = await d.start(solver, want)
+                if len(started) < want:
                     quiet_until = time.monotonic() + 1.0
-                if claimed:
-                    state.chunks += 1
-                    solver.progress.total += len(claimed)
-                    for item in chunk_items(claimed, options.max_output_tokens):
-                        active.add(asyncio.create_task(solver.solve(item)))
+                active.update(started)
             await d.steer(solver)
+            solver.check()
             if not active:
                 if not await d.idle():
                     break
@@ -230,7 +277,11 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
                 continue
             done, active = await asyncio.wait(active, timeout=options.flush_every_s,
                                               return_when=asyncio.FIRST_COMPLETED)
-            d.results.extend(task.result() for task in done)
+            failure = _collect(done, d.results)
+            if failure is not None:  # write what was answered, then end loudly
+                await d.flush()
+                raise failure
+            solver.check()
             now = time.monotonic()
             if now - last_flush >= options.flush_every_s or not active:
                 await d.flush()

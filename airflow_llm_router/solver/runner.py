@@ -31,6 +31,7 @@ from airflow_llm_router.engine.types import AdmitRequest
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
 from airflow_llm_router.solver.items import SolveItem, SolveResult
+from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
 from airflow_llm_router.solver.tail import ModelPace, tail_models
 from airflow_llm_router.tokens import count_input_tokens
 
@@ -54,6 +55,8 @@ class SolveOptions:
         go to the backend together in one ``POST /batch`` (up to this many), each still
         under its own lease. Off by default: a batch answers with its slowest prompt.
     :param batch_wait_s: how long an admitted prompt may wait for batch companions.
+    :param redis_outage_s: how long the solver rides out a Redis outage (retrying its
+        calls with backoff) before it gives up and the drain ends with the error.
     """
 
     deadline: float
@@ -64,6 +67,7 @@ class SolveOptions:
     progress_every_s: float = 10.0
     batch_size: int = 1
     batch_wait_s: float = 0.02
+    redis_outage_s: float = 180.0
 
 
 @dataclass
@@ -78,8 +82,9 @@ class _Progress:
 class _SendStamps:
     """Tell the engine, in batches, which calls have just been sent (see ``mark_sent``)."""
 
-    def __init__(self, router: AsyncRouterClient) -> None:
+    def __init__(self, router: AsyncRouterClient, outage: RedisOutage) -> None:
         self.router = router
+        self.outage = outage
         self.sent: list[str] = []
         self.ready = asyncio.Event()
 
@@ -92,7 +97,11 @@ class _SendStamps:
             await self.ready.wait()
             self.ready.clear()
             batch, self.sent = self.sent, []
-            await self.router.mark_sent(batch)
+            try:
+                await self.outage.call(self.router.mark_sent, batch, what="send stamps")
+            except REDIS_DOWN:  # a stamp only makes a window stricter: losing it is safe
+                log.warning("dropped the send stamps of %d calls: Redis unreachable",
+                            len(batch))
 
 
 @dataclass
@@ -150,22 +159,44 @@ class Solver:
 
     def __init__(self, router: AsyncRouterClient, http: ShardedClient,
                  backend: BackendConfig, options: SolveOptions, admitter: BatchAdmitter,
-                 progress: _Progress) -> None:
+                 progress: _Progress, outage: RedisOutage) -> None:
         self.router, self.http, self.backend = router, http, backend
         self.options, self.admitter, self.progress = options, admitter, progress
+        self.outage = outage
         self.slots = asyncio.Semaphore(options.max_in_flight)
-        self.stamps = _SendStamps(router)
+        self.stamps = _SendStamps(router, outage)
+        #: settlements of answered calls still being sent to Redis (see :meth:`_settle`)
+        self.settling: set[asyncio.Task[None]] = set()
+        #: the first error of a helper loop (heartbeats, stamps, ...): the drain ends with it
+        self.failure: BaseException | None = None
         self.batcher = _MicroBatcher(http, backend, options, self.stamps)
 
     def _left(self) -> float:
         return self.options.deadline - time.time()
+
+    def check(self) -> None:
+        """Raise the error that stopped a helper loop, if one did (never hang without it)."""
+        if self.failure is not None:
+            raise RuntimeError(f"a solver loop failed: {type(self.failure).__name__}: "
+                               f"{self.failure}") from self.failure
+
+    def watch_helper(self, task: asyncio.Task[None]) -> None:
+        """Record the failure of a helper loop that should run until the solver closes."""
+        def done(t: asyncio.Task[None]) -> None:
+            if not t.cancelled() and t.exception() is not None and self.failure is None:
+                self.failure = t.exception()
+                log.error("solver loop %s failed: %r", t.get_name(), t.exception())
+        task.add_done_callback(done)
 
     async def route_tail(self, backlog: int) -> None:
         """Send the waiting prompts to the models that finish what is left soonest
         (:func:`tail_models`: the backlog plus the prompts waiting for admission, here or,
         if more, at the router), from the router's latencies, sustainable rates and windows;
         for a long backlog, wherever each prompt allows."""
-        stats = await self.router.stats()
+        try:
+            stats = await self.router.stats()
+        except REDIS_DOWN:  # steer again once Redis is back
+            return
         left = backlog + max(self.admitter.waiting, stats.waiting)
         advice = advise_from_stats(stats, backlog=left)
         paces = {}
@@ -241,20 +272,42 @@ class Solver:
             metrics.rate_limited(model)
         elif outcome == "error":
             metrics.errored(model)
-        await self.router.complete_many([Completion(
-            lease_id, result.input_tokens, result.output_tokens,
-            outcome,  # type: ignore[arg-type]
-            result.retry_after_s)])
+        done = Completion(lease_id, result.input_tokens, result.output_tokens,
+                          outcome,  # type: ignore[arg-type]
+                          result.retry_after_s)
+        if outcome == "ok":
+            # The answer goes back to the caller (and into the store) now, whatever Redis
+            # does: settling its lease is bookkeeping, retried through an outage.
+            task = asyncio.create_task(self._settle(done), name="llm-router-settle")
+            self.settling.add(task)
+            task.add_done_callback(self.settling.discard)
+        else:
+            await self._settle(done)  # a cooldown or breaker must count before a retry
         return result
+
+    async def _settle(self, done: Completion) -> None:
+        """Settle one lease; past the Redis outage budget it is dropped: its slot frees
+        when the lease expires, its window usage stays as estimated (never less)."""
+        try:
+            await self.outage.call(self.router.complete_many, [done], what="settlement")
+        except REDIS_DOWN:
+            log.warning("lease %s not settled (Redis unreachable); it expires by itself",
+                        done.lease_id)
 
 
 async def _keep_alive(router: AsyncRouterClient, progress: _Progress) -> None:
-    """Heartbeat every live lease together, a third of the lease TTL apart."""
+    """Heartbeat every live lease together, a third of the lease TTL apart. A heartbeat
+    lost to a Redis outage is simply tried again next time (a lease that expires meanwhile
+    frees its slot; the call goes on)."""
     every = router.settings.lease_ttl_s / 3
     while True:
         await asyncio.sleep(every)
         if progress.live:
-            await router.heartbeat_many(list(progress.live))
+            try:
+                await router.heartbeat_many(list(progress.live))
+            except REDIS_DOWN as err:
+                log.warning("lease heartbeat failed (%s); trying again in %.1f s",
+                            type(err).__name__, every)
 
 
 async def _report(router: AsyncRouterClient, progress: _Progress, every_s: float) -> None:
@@ -280,17 +333,23 @@ async def solving(
     """A solver and its helpers (batched admission, lease heartbeats, send stamps,
     progress log) for as long as the block runs; ``solver.solve(item)`` solves one prompt."""
     progress = _Progress(total=0)
-    async with BatchAdmitter(router) as admitter:
-        solver = Solver(router, http, backend, options, admitter, progress)
-        helpers = [asyncio.create_task(_keep_alive(router, progress)),
-                   asyncio.create_task(_report(router, progress, options.progress_every_s)),
-                   asyncio.create_task(solver.stamps.run())]
+    outage = RedisOutage(options.redis_outage_s)
+    async with BatchAdmitter(router, outage) as admitter:
+        solver = Solver(router, http, backend, options, admitter, progress, outage)
+        helpers = [asyncio.create_task(_keep_alive(router, progress), name="heartbeats"),
+                   asyncio.create_task(_report(router, progress, options.progress_every_s),
+                                       name="progress"),
+                   asyncio.create_task(solver.stamps.run(), name="send-stamps")]
+        for task in helpers:
+            solver.watch_helper(task)
         try:
             yield solver
         finally:
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+            if solver.settling:  # answered calls' leases: settle them before closing
+                await asyncio.gather(*list(solver.settling), return_exceptions=True)
     log.info("solving: %d prompts done: %d solved, %d admission round trips",
              progress.done, progress.solved, admitter.round_trips)
 

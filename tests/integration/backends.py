@@ -27,15 +27,19 @@ def small_profile(time_scale: float = 120.0, **overrides: object) -> SimulatorPr
     return SimulatorProfile(time_scale=time_scale, seed=7, models=models, **overrides)
 
 
-def set_quotas_from(router: RouterClient, profile: SimulatorProfile) -> None:
+def quotas_from(profile: SimulatorProfile) -> dict[str, dict[str, object]]:
     """Router targets equal to the provider's limits: the tightest setting, zero slack."""
     window_s = profile.window_s / profile.time_scale
-    for m in profile.models:
-        router.set_quota(m.name, {
-            "rpm": m.rpm or BIG_RPM, "tpm": m.tpm or BIG_TPM,
-            "max_concurrency": m.max_concurrency or BIG_CONC, "window_s": window_s,
-            "expected_output_tokens": m.output_tokens_max,
-        })
+    return {m.name: {"rpm": m.rpm or BIG_RPM, "tpm": m.tpm or BIG_TPM,
+                     "max_concurrency": m.max_concurrency or BIG_CONC, "window_s": window_s,
+                     "expected_output_tokens": m.output_tokens_max}
+            for m in profile.models}
+
+
+def set_quotas_from(router: RouterClient, profile: SimulatorProfile) -> None:
+    """Set :func:`quotas_from` in the router."""
+    for model, quota in quotas_from(profile).items():
+        router.set_quota(model, quota)
 
 
 @contextmanager

@@ -1,0 +1,120 @@
+"""A drain off the happy path: a bad task, a Redis outage, claims stranded by a crash.
+
+Each test injects the fault and checks the backend's own counters and the task store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.quotas import QuotaStore
+from airflow_llm_router.store import TaskStore
+from airflow_llm_router.triggers.solve import SolveTrigger
+from tests.integration.backends import quotas_from, serve_backend, set_quotas_from, small_profile
+from tests.integration.redis_server import private_redis
+
+
+def _drain(schema: str, seconds: float, *, claim_ttl_s: float = 5.0,
+           max_in_flight: int = 100) -> SolveTrigger:
+    return SolveTrigger(
+        drain={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks",
+               "worker_id": "drain-under-test", "claim_ttl_s": claim_ttl_s,
+               "claim_batch": 50},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + seconds, max_in_flight=max_in_flight, retry_backoff_s=0.05)
+
+
+async def _event(trigger: SolveTrigger, within_s: float) -> dict[str, Any]:
+    return (await asyncio.wait_for(anext(trigger.run()), within_s)).payload
+
+
+def _sim_stats(url: str) -> dict[str, Any]:
+    return httpx.get(url + "/stats").json()
+
+
+async def test_a_task_that_cannot_be_admitted_fails_alone_and_the_drain_ends(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """A row with an invalid model name (enqueue refuses it now; an older row or a direct
+    INSERT can still hold one) once killed the admission loop and hung the whole drain."""
+    profile = small_profile(time_scale=120)
+    store.enqueue([f"prompt {i}" for i in range(20)])
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} (prompt, allowed_models) VALUES (%s, %s)")
+                     .format(sql.Identifier(pg_schema, "tasks")), ("x", ["bad{x}"]))
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn):
+        set_quotas_from(router, profile)
+        event = await _event(_drain(pg_schema, seconds=15), within_s=60)
+    assert event["status"] == "done", event
+    assert event["summary"]["solved"] == 20 and event["summary"]["dead"] == 1
+    counts = store.counts()
+    assert counts["solved"] == 20 and counts["dead"] == 1 and counts["claimed"] == 0
+    (bad,) = [t for t in (store.get(i) for i in range(1, 22)) if t and t.status == "dead"]
+    assert "bad{x}" in (bad.last_error or "")
+
+
+async def test_a_redis_restart_mid_drain_loses_no_answer_and_the_drain_carries_on(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore,
+) -> None:
+    """Redis is killed mid-drain (every key lost) and started again a moment later: the
+    drain waits for it, quotas come back from PostgreSQL, every answer the backend returned
+    is written once."""
+    profile = small_profile(time_scale=60)  # one-second windows
+    n = 150
+    store.enqueue([f"question {i}: " + "why " * (i % 20) for i in range(n)])
+    with private_redis() as server, serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
+        monkeypatch.setenv("AIRFLOW_CONN_LLM_ROUTER_DEFAULT", json.dumps(
+            {"conn_type": "llm_router", "host": "127.0.0.1", "port": server.port,
+             "extra": {"namespace": namespace, "lease_ttl_s": 10, "guard_ms": 50,
+                       "quota_schema": pg_schema}}))
+        router = RouterClient.from_url(server.url, RouterSettings(namespace=namespace))
+        quotas = QuotaStore(pg_dsn, router, schema=pg_schema)
+        quotas.migrate()
+        for model, quota in quotas_from(profile).items():
+            quotas.put(model, quota, actor="test")
+        drain = asyncio.create_task(_event(_drain(pg_schema, seconds=90), within_s=120))
+        while store.counts()["solved"] < 40 and not drain.done():
+            await asyncio.sleep(0.02)
+        server.stop()  # a crash without persistence: quotas, windows and leases are gone
+        await asyncio.sleep(1.0)  # the outage itself
+        server.start()
+        event = await drain
+        stats = _sim_stats(sim.url)
+        router.close()
+    assert event["status"] == "done", event
+    counts = store.counts()
+    assert counts["solved"] == n and counts["claimed"] == 0 and counts["pending"] == 0
+    # every call the backend answered was written, and none was made twice
+    assert stats["totals"]["completed"] == n
+
+
+async def test_a_drain_after_a_crash_waits_for_the_dead_workers_claims(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """A worker claimed tasks and died: a drain started right after finds the backlog
+    empty, but it must not report done while those claims are live; it takes them when
+    they expire."""
+    profile = small_profile(time_scale=120)
+    store.enqueue([f"prompt {i}" for i in range(30)])
+    stranded = store.claim(20, worker_id="dead-worker", claim_ttl_s=3)
+    assert len(stranded) == 20
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn):
+        set_quotas_from(router, profile)
+        event = await _event(_drain(pg_schema, seconds=60), within_s=90)
+    assert event["status"] == "done", event
+    assert event["summary"]["solved"] == 30
+    counts = store.counts()
+    assert counts["solved"] == 30 and counts["claimed"] == 0
