@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -34,6 +34,8 @@ from airflow_llm_router.engine.restore import (
     LoadQuotas,
     QuotaSource,
     admit_restoring,
+    quotas_synced,
+    sync_quotas,
     with_quotas,
 )
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
@@ -95,6 +97,16 @@ class _RouterAPI:
         """Remove ``model``'s quota; returns False if it had none."""
         return self._drive(self.core.delete_quota(model))
 
+    def quotas_synced(self) -> bool:
+        """Whether Redis holds what the last sync from the durable quota store wrote
+        (False after Redis lost its data; see :mod:`~airflow_llm_router.engine.restore`)."""
+        return self._drive(quotas_synced(self.core))
+
+    def sync_quotas(self, quotas: Mapping[str, ModelQuota]) -> int:
+        """Write each of ``quotas`` that Redis lacks and mark Redis as synced with the
+        durable store; returns how many were written."""
+        return self._drive(sync_quotas(self.core, quotas))
+
     def admit_many(self, requests: Sequence[AdmitRequest]) -> list[Decision]:
         """Decide many requests in one round trip per 256: each gets an
         :class:`Admission`, a :class:`Wait` or a :class:`Rejection` (never raises for one)."""
@@ -116,7 +128,7 @@ class _RouterAPI:
         try:
             return dict(self.quota_source())
         except Exception as err:
-            log.warning("Redis holds no quota and the quota source could not be read to "
+            log.warning("Redis lost its quotas and the quota source could not be read to "
                         "restore them: %s: %s", type(err).__name__, err)
             return None
 

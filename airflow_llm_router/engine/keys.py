@@ -32,6 +32,9 @@ ROUTER_KEYS: dict[str, str] = {
     "K_HEALTH": "health",  # HASH "<model>|cool|open|probe|fails" -> value
     "K_STATS": "stats",  # HASH "<model>|<counter>" -> count
     "K_SEQ": "seq",  # STRING lease sequence
+    # STRING when the quotas were last synced from their durable source (ms); absent after
+    # Redis lost its data: tells a lost Redis from a deleted model
+    "K_EPOCH": "epoch",
     # HASH model -> learned output tokens per call (P95 of recent);
     #      "<model>|lat" -> learned latency per call, ms (EWMA of released 'ok' calls)
     "K_EST": "estimates",

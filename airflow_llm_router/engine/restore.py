@@ -1,12 +1,17 @@
 """Put the quotas back into Redis from their durable source when Redis has lost them.
 
-Redis restarted without persistence (or flushed) holds no quota, and the admit script
-admits nothing without one (``no_models`` / ``unknown_model``). A client given a quota
-source (a callable returning ``{model: ModelQuota}``, e.g. ``QuotaStore.quotas`` reading
-PostgreSQL) answers such a rejection by checking that the quota hash really is empty (so a
-model that simply has no quota is not "restored" over a live configuration), writing every
-quota from the source, and asking again once. Concurrent restorers write the same values,
-so restoring twice is harmless.
+Redis restarted without persistence (or flushed) has lost its quotas, and the admit script
+admits nothing without one (``no_models`` / ``unknown_model``). Redis may also hold *some*
+quotas again (one edited on the quota page since) while others are still missing.
+
+The epoch marker (``K_EPOCH``) tells the two cases apart: it is written whenever the quotas
+are synced from their durable source (a restore, or a quota store change) and is gone only
+when Redis lost its data. A client given a quota source (a callable returning
+``{model: ModelQuota}``, e.g. ``QuotaStore.quotas`` reading PostgreSQL) answers such a
+rejection, when the marker is missing, by writing every stored quota that Redis lacks, setting
+the marker, and asking again once. With the marker present Redis is whole: a model it does
+not know was deleted (or never stored), and is not "restored" over a live configuration.
+Concurrent restorers write the same values, so restoring twice is harmless.
 
 Like the rest of the engine's policy this is a step generator with no I/O: reading the
 source is a :class:`LoadQuotas` step that each client runs its own way (the async client
@@ -16,6 +21,7 @@ in a thread, so a trigger's event loop never blocks on PostgreSQL).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,7 +30,15 @@ from airflow_llm_router.engine.core import Command, Decision, RouterCore, Step
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import AdmitRequest, Rejection
 
-__all__ = ["LOST_QUOTA_REASONS", "LoadQuotas", "QuotaSource", "admit_restoring", "with_quotas"]
+__all__ = [
+    "LOST_QUOTA_REASONS",
+    "LoadQuotas",
+    "QuotaSource",
+    "admit_restoring",
+    "quotas_synced",
+    "sync_quotas",
+    "with_quotas",
+]
 
 T = TypeVar("T")
 
@@ -61,22 +75,44 @@ def with_quotas(core: RouterCore, step: Step[T]) -> Step[T]:
 
     For readers (stats, advice): after a loss they would see no model, and a caller that
     waits for an enabled model before starting solvers (the backpressure sensor) would
-    wait for an admission that nothing starts. Costs one HLEN per read.
+    wait for an admission that nothing starts. Costs one GET per read.
     """
     yield from restore_quotas(core)
     return (yield from step)
 
 
+def quotas_synced(core: RouterCore) -> Step[bool]:
+    """Whether Redis still holds what the last sync from the durable source wrote (the
+    epoch marker is present)."""
+    marker = yield Command(("GET", core.keys.router("K_EPOCH")))
+    return marker is not None
+
+
+def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota]) -> Step[int]:
+    """Write each of ``quotas`` that Redis lacks (those it holds stay: they were written
+    since the loss, by someone who knew better) and set the epoch marker; returns how many
+    were written."""
+    present = yield Command(("HKEYS", core.keys.router("K_QUOTAS")))
+    held = {x.decode() if isinstance(x, bytes) else str(x) for x in present or ()}
+    written = 0
+    for model, quota in sorted(quotas.items()):
+        if model not in held:
+            yield from core.set_quota(model, quota)
+            written += 1
+    yield Command(("SET", core.keys.router("K_EPOCH"), str(int(time.time() * 1000))))
+    return written
+
+
 def restore_quotas(core: RouterCore) -> Step[bool]:
-    """Write the source's quotas if Redis holds none; True if any were written."""
-    held = yield Command(("HLEN", core.keys.router("K_QUOTAS")))
-    if int(held) > 0:
+    """Write the source's missing quotas if Redis lost its data (no epoch marker); True if
+    any were written."""
+    if (yield from quotas_synced(core)):
         return False
     quotas = yield LoadQuotas()
-    if not quotas:
+    if quotas is None:
         return False
-    for model, quota in sorted(quotas.items()):
-        yield from core.set_quota(model, quota)
-    log.warning("Redis of router namespace %r held no quota: restored %d from the quota "
-                "store", core.settings.namespace, len(quotas))
-    return True
+    written = yield from sync_quotas(core, quotas)
+    if written:
+        log.warning("Redis of router namespace %r had lost %d quota(s): restored them from "
+                    "the quota store", core.settings.namespace, written)
+    return written > 0

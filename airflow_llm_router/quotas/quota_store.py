@@ -215,6 +215,7 @@ class QuotaStore:
                              (_CHANGE_LOCK_CLASS, f"{self._names.schema}.{self._names.table}"))
                 changes = [self._write(conn, model, value, actor, source, patch, missing_ok)
                            for model, value in sorted(wanted.items())]
+                self._resync(conn)
                 for change in changes:
                     # an unchanged value is pushed too: it repairs a Redis that drifted
                     if change.audit_id is not None or change.new is not None:
@@ -261,6 +262,27 @@ class QuotaStore:
             (actor, action, source, model, _json(old), _json(value))).fetchone()
         assert audit_row is not None
         return QuotaChange(model, action, old, value, int(audit_row[0]))
+
+    def _resync(self, conn: psycopg.Connection[Any]) -> None:
+        """Before pushing a change to a Redis that lost its data (no epoch marker), write
+        back every stored quota it lacks: otherwise the one model just edited would be the
+        only one Redis knows, and the others' work would be refused as "unknown model"."""
+        if self.router is None:
+            return
+        try:
+            if self.router.quotas_synced():
+                return
+            rows = conn.execute(sql.SQL("SELECT model, quota FROM {}")
+                                .format(quota_table(self._names))).fetchall()
+            restored = self.router.sync_quotas(
+                {m: ModelQuota.model_validate(q) for m, q in rows})
+        except Exception as err:
+            raise QuotaStoreError(
+                f"cannot restore the stored quotas to the router's Redis ({err}); nothing "
+                "was changed, retry when Redis is reachable") from err
+        if restored:
+            log.warning("the router's Redis had lost %d stored quota(s): restored them",
+                        restored)
 
     def _push(self, model: str, quota: ModelQuota | None) -> None:
         if self.router is None:

@@ -90,3 +90,51 @@ async def test_async_client_restores_for_a_batch(quota_store: QuotaStore, namesp
         assert (await client.get_quota("m")) == quota_store.quotas()["m"]
     finally:
         await client.aclose()
+
+
+def test_a_change_after_a_loss_brings_back_the_other_quotas(
+        quota_store: QuotaStore, router: RouterClient, lose_redis: Callable[[], int]) -> None:
+    """PUT keep1 and keep2, lose Redis, PATCH keep1: keep2 must not be forgotten (its tasks
+    would be dead-lettered as "unknown model")."""
+    quota_store.put("keep1", QUOTA, actor="a")
+    quota_store.put("keep2", QUOTA, actor="a")
+    lose_redis()
+    quota_store.patch("keep1", {"rpm": 5}, actor="a")
+    assert sorted(router.get_quotas()) == ["keep1", "keep2"]
+    assert router.get_quota("keep1").rpm == 5  # the change itself, not the old value
+    assert isinstance(router.admit(10, models=["keep2"]), Admission)
+
+
+def test_admission_restores_a_model_missing_after_a_loss(
+        quota_store: QuotaStore, namespace: str, redis_url: str,
+        lose_redis: Callable[[], int]) -> None:
+    """Redis holds some quotas again (written straight to the engine after the loss), yet
+    lacks others that PostgreSQL knows: the admission of a missing one restores it."""
+    quota_store.put("keep1", QUOTA, actor="a")
+    quota_store.put("keep2", QUOTA, actor="a")
+    lose_redis()
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace),
+                                   quota_source=quota_store.quotas)
+    try:
+        client.set_quota("keep1", QUOTA)
+        decision = client.admit(10, models=["keep2"])
+        assert isinstance(decision, Admission) and decision.model == "keep2"
+        assert client.quotas_synced()
+    finally:
+        client.close()
+
+
+def test_a_deleted_model_stays_deleted(quota_store: QuotaStore, namespace: str,
+                                       redis_url: str) -> None:
+    quota_store.put("m", QUOTA, actor="a")
+    quota_store.put("gone", QUOTA, actor="a")
+    quota_store.delete("gone", actor="a")
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace),
+                                   quota_source=quota_store.quotas)
+    try:
+        with pytest.raises(ImpossibleRequestError) as err:
+            client.admit(10, models=["gone"])
+        assert err.value.reason == "unknown_model"
+        assert sorted(client.get_quotas()) == ["m"]
+    finally:
+        client.close()
