@@ -27,6 +27,9 @@ __all__ = ["DrainOptions", "DrainState", "drain_store"]
 
 log = logging.getLogger(__name__)
 
+#: How often a drain waiting on others' live claims looks whether they are finished.
+OTHERS_RECHECK_S = 1.0
+
 
 @dataclass
 class DrainState:
@@ -188,7 +191,10 @@ class _Draining:
             self.waiting_for_others = True
         await self.open_watch()
         assert self.watch is not None
-        await self.watch.arrival(min(left, max(0.05, next_expiry_s or 0.0) + 0.05))
+        # look again at the next expiry, an arrival, or within a second: claims finished
+        # by their workers announce nothing, and then this drain is done
+        await self.watch.arrival(min(left, OTHERS_RECHECK_S,
+                                     max(0.05, next_expiry_s or 0.0) + 0.05))
         return True
 
     async def open_watch(self) -> None:
