@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from airflow_llm_router.exceptions import QuotaStoreError, QuotaValidationError
+from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.loader import read_quota_file
 
@@ -55,8 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "load":
             quotas = read_quota_file(args.file)  # validated before any connection is made
-            from airflow_llm_router.hooks.router import RouterHook
-
             router = RouterHook(config.router_conn_id).client
             store = config.open_store(router)
             store.migrate()

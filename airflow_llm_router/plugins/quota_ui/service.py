@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.stats import RouterStats
+from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.quota_store import QuotaStore
 
@@ -67,8 +68,6 @@ class QuotaService:
     @classmethod
     def from_airflow(cls) -> QuotaService:
         """From the ``[llm_router]`` config and its connections; migrates the quota tables."""
-        from airflow_llm_router.hooks.router import RouterHook
-
         config = QuotaConfig.from_airflow()
         try:
             hook = RouterHook(config.router_conn_id)
