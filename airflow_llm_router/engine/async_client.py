@@ -1,0 +1,96 @@
+"""The asyncio router client, for triggers: many coroutines share one client."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from airflow_llm_router.engine.api import RouterAPI, single_decision
+from airflow_llm_router.engine.core import Command, RouterCore, Script, Step
+from airflow_llm_router.engine.merger import ScriptMerger
+from airflow_llm_router.engine.releases import RELEASE_HELPS, ReleaseListener
+from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource
+from airflow_llm_router.engine.scripts import OPERATIONS, script_source
+from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+
+__all__ = ["AsyncRouterClient"]
+
+
+class AsyncRouterClient(RouterAPI):
+    """Asyncio client over a ``redis.asyncio.Redis``; every method returns an awaitable."""
+
+    def __init__(
+        self, client: aioredis.Redis, settings: RouterSettings | None = None, *,
+        quota_source: QuotaSource | None = None,
+    ) -> None:
+        self.redis = client
+        self.core = RouterCore(settings or RouterSettings())
+        self.quota_source = quota_source
+        self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
+        self._releases = ReleaseListener(client, self.core.keys.released_channel)
+        self._merger = ScriptMerger(self._script)
+
+    @classmethod
+    def from_url(cls, url: str, settings: RouterSettings | None = None, *,
+                 quota_source: QuotaSource | None = None) -> AsyncRouterClient:
+        """A client whose callers queue for one of 32 connections rather than fail."""
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=32, timeout=None)
+        return cls(aioredis.Redis(connection_pool=pool), settings, quota_source=quota_source)
+
+    async def _drive(self, step: Step[Any]) -> Any:  # type: ignore[override]
+        reply = None
+        try:
+            while True:
+                reply = await self._run(step.send(reply))
+        except StopIteration as done:
+            return done.value
+
+    async def _then(self, result: Any, fn: Any) -> Any:  # type: ignore[override]
+        return fn(await result)
+
+    async def _run(self, action: Script | Command | LoadQuotas) -> Any:
+        if isinstance(action, Command):
+            return await self.redis.execute_command(*action.args)
+        if isinstance(action, LoadQuotas):
+            return await asyncio.to_thread(self._load_quotas)
+        if action.items is not None:
+            return await self._merger.call(action)
+        return await self._script(action)
+
+    async def _script(self, action: Script) -> Any:
+        return await self._scripts[action.op](
+            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.argv()]
+        )
+
+    @property
+    def releases(self) -> ReleaseListener:
+        """Wakes waiters when any caller releases capacity or changes a quota."""
+        return self._releases
+
+    async def wait_for_admission(
+        self, request: AdmitRequest, timeout_s: float
+    ) -> Admission | None:
+        """Wait until ``request`` is admitted (None after ``timeout_s``), waking on releases.
+
+        :raises ImpossibleRequestError: no allowed model could ever admit it.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        await self._releases.start()
+        while True:
+            seen = self._releases.mark()
+            decision = single_decision((await self.admit_many([request]))[0])
+            if isinstance(decision, Admission):
+                return decision
+            left = deadline - loop.time()
+            if left <= 0:
+                await self.cancel([request.request_id])
+                return None
+            await self._releases.wait(seen, min(left, decision.retry_after_ms / 1000),
+                                      releases=decision.reason in RELEASE_HELPS)
+
+    async def aclose(self) -> None:
+        await self._releases.stop()
+        await self.redis.aclose()

@@ -1,0 +1,119 @@
+"""Wake waiting coroutines when capacity is released or a quota changes (Redis pub/sub)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import redis
+import redis.asyncio as aioredis
+
+__all__ = ["RELEASE_HELPS", "ReleaseListener"]
+
+log = logging.getLogger(__name__)
+
+
+#: Wait reasons a release can end: a freed slot, tokens settled below their estimate, a
+#: finished breaker probe. A wait for rpm or a cooldown ends only with time (its retry
+#: after is exact) or a quota change, so such waiters sleep through releases.
+RELEASE_HELPS = frozenset({"concurrency", "tpm", "input_tpm", "output_tpm", "breaker"})
+
+
+class ReleaseListener:
+    """One pub/sub subscription per client, shared by all its waiting coroutines.
+
+    ``generation`` counts every event seen (releases, quota changes, pokes); ``changes``
+    only quota changes and pokes. A waiter takes :meth:`mark` before asking for admission
+    and then waits for it to move, so an event between the answer and the wait is not
+    missed; a waiter that no release can help waits on ``changes`` only, so the releases
+    of a busy router do not wake it for nothing.
+    """
+
+    def __init__(self, client: aioredis.Redis, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event | None = None
+        self._changed: asyncio.Condition | None = None
+        self.generation = 0
+        self.changes = 0
+
+    def mark(self) -> tuple[int, int]:
+        """The counters now, for :meth:`wait`."""
+        return self.generation, self.changes
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._ready = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._listen(), name="llm-router-releases")
+        await self._ready.wait()
+
+    async def _listen(self) -> None:
+        """Subscribe and count events; after a lost connection (a Redis restart),
+        subscribe again with backoff, waking every waiter once (events may have been
+        missed meanwhile). Waiters never depend on it alone: each waits with a timeout."""
+        assert self._ready is not None and self._changed is not None
+        pause = 0.05
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                self._ready.set()
+                pause = 0.05
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    async with self._changed:
+                        self.generation += 1
+                        if message.get("data") not in (b"*", "*"):  # not a release: a quota
+                            self.changes += 1
+                        self._changed.notify_all()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                    OSError) as err:
+                log.warning("release channel lost (%s); subscribing again", type(err).__name__)
+                self._ready.set()
+                self.poke()
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    def poke(self) -> None:
+        """Wake every waiter (a new request joined, say)."""
+        self.generation += 1
+        self.changes += 1
+        if self._changed is not None:
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait(self, seen: tuple[int, int], timeout_s: float, *,
+                   releases: bool = True) -> bool:
+        """Wait until an event after the :meth:`mark` ``seen`` (with ``releases=False``:
+        a quota change or a poke); False on timeout."""
+        assert self._changed is not None
+
+        def moved() -> bool:
+            return self.mark()[0 if releases else 1] != seen[0 if releases else 1]
+
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(moved), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        self._task = None

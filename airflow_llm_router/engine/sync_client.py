@@ -1,0 +1,77 @@
+"""The blocking router client, for hooks, workers and command lines."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from airflow_llm_router.engine.api import RouterAPI, single_decision
+from airflow_llm_router.engine.core import Command, RouterCore, Script, Step
+from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource
+from airflow_llm_router.engine.scripts import OPERATIONS, script_source
+from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+
+__all__ = ["RouterClient"]
+
+
+class RouterClient(RouterAPI):
+    """Blocking client over a ``redis.Redis`` connection."""
+
+    def __init__(self, client: redis.Redis, settings: RouterSettings | None = None, *,
+                 quota_source: QuotaSource | None = None) -> None:
+        self.redis = client
+        self.core = RouterCore(settings or RouterSettings())
+        self.quota_source = quota_source
+        self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
+
+    @classmethod
+    def from_url(cls, url: str, settings: RouterSettings | None = None, *,
+                 quota_source: QuotaSource | None = None) -> RouterClient:
+        return cls(redis.Redis.from_url(url), settings, quota_source=quota_source)
+
+    def _drive(self, step: Step[Any]) -> Any:
+        reply = None
+        try:
+            while True:
+                reply = self._run(step.send(reply))
+        except StopIteration as done:
+            return done.value
+
+    def _then(self, result: Any, fn: Any) -> Any:
+        return fn(result)
+
+    def _run(self, action: Script | Command | LoadQuotas) -> Any:
+        if isinstance(action, Command):
+            return self.redis.execute_command(*action.args)
+        if isinstance(action, LoadQuotas):
+            return self._load_quotas()
+        return self._scripts[action.op](
+            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.argv()]
+        )
+
+    def wait_for_admission(self, request: AdmitRequest, timeout_s: float) -> Admission | None:
+        """Block until ``request`` is admitted (None after ``timeout_s``), waking on releases.
+
+        :raises ImpossibleRequestError: no allowed model could ever admit it.
+        """
+        deadline = time.monotonic() + timeout_s
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.core.keys.released_channel)
+        try:
+            while True:
+                decision = single_decision(self.admit_many([request])[0])
+                if isinstance(decision, Admission):
+                    return decision
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.cancel([request.request_id])
+                    return None
+                pubsub.get_message(timeout=min(left, decision.retry_after_ms / 1000))
+        finally:
+            pubsub.close()
+
+
+    def close(self) -> None:
+        self.redis.close()
