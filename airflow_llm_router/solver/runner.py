@@ -21,7 +21,6 @@ from airflow_llm_router.backend import (
     BackendConfig,
     CallResult,
     ShardedClient,
-    call_batch,
     call_single,
 )
 from airflow_llm_router.engine.advice import advise_from_stats
@@ -32,6 +31,7 @@ from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
+from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
 from airflow_llm_router.solver.tail import ModelPace, tail_models
 from airflow_llm_router.tokens import count_input_tokens
 
@@ -79,81 +79,6 @@ class _Progress:
     live: set[str] = field(default_factory=set)
 
 
-class _SendStamps:
-    """Tell the engine, in batches, which calls have just been sent (see ``mark_sent``)."""
-
-    def __init__(self, router: AsyncRouterClient, outage: RedisOutage) -> None:
-        self.router = router
-        self.outage = outage
-        self.sent: list[str] = []
-        self.ready = asyncio.Event()
-
-    def mark(self, lease_id: str) -> None:
-        self.sent.append(lease_id)
-        self.ready.set()
-
-    async def run(self) -> None:
-        while True:
-            await self.ready.wait()
-            self.ready.clear()
-            batch, self.sent = self.sent, []
-            try:
-                await self.outage.call(self.router.mark_sent, batch, what="send stamps")
-            except REDIS_DOWN:  # a stamp only makes a window stricter: losing it is safe
-                log.warning("dropped the send stamps of %d calls: Redis unreachable",
-                            len(batch))
-
-
-@dataclass
-class _Batch:
-    prompts: list[str] = field(default_factory=list)
-    leases: list[str] = field(default_factory=list)
-    futures: list[asyncio.Future[CallResult]] = field(default_factory=list)
-
-
-class _MicroBatcher:
-    """Group prompts admitted on one model into ``POST /batch`` calls."""
-
-    def __init__(self, http: ShardedClient, backend: BackendConfig, options: SolveOptions,
-                 stamps: _SendStamps) -> None:
-        self.http, self.backend, self.options, self.stamps = http, backend, options, stamps
-        self.open: dict[str, _Batch] = {}
-        self.sending: set[asyncio.Task[None]] = set()
-
-    async def call(self, model: str, item: SolveItem, lease_id: str) -> CallResult:
-        batch = self.open.get(model)
-        if batch is None:
-            batch = self.open[model] = _Batch()
-            asyncio.get_running_loop().call_later(self.options.batch_wait_s, self._flush, model,
-                                                  batch)
-        future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-        batch.prompts.append(item.prompt)
-        batch.leases.append(lease_id)
-        batch.futures.append(future)
-        if len(batch.prompts) >= self.options.batch_size:
-            self._flush(model, batch)
-        return await future
-
-    def _flush(self, model: str, batch: _Batch) -> None:
-        if self.open.get(model) is not batch:
-            return  # already sent
-        del self.open[model]
-        task = asyncio.create_task(self._send(model, batch))
-        self.sending.add(task)
-        task.add_done_callback(self.sending.discard)
-
-    async def _send(self, model: str, batch: _Batch) -> None:
-        def sent() -> None:
-            for lease_id in batch.leases:
-                self.stamps.mark(lease_id)
-
-        results = await call_batch(self.http, self.backend, model=model, prompts=batch.prompts,
-                                   on_sent=sent)
-        for future, result in zip(batch.futures, results, strict=True):
-            if not future.done():
-                future.set_result(result)
-
-
 class Solver:
     """Solves prompts one by one, many at once; see :func:`solving`."""
 
@@ -164,12 +89,13 @@ class Solver:
         self.options, self.admitter, self.progress = options, admitter, progress
         self.outage = outage
         self.slots = asyncio.Semaphore(options.max_in_flight)
-        self.stamps = _SendStamps(router, outage)
+        self.stamps = SendStamps(router, outage)
         #: settlements of answered calls still being sent to Redis (see :meth:`_settle`)
         self.settling: set[asyncio.Task[None]] = set()
         #: the first error of a helper loop (heartbeats, stamps, ...): the drain ends with it
         self.failure: BaseException | None = None
-        self.batcher = _MicroBatcher(http, backend, options, self.stamps)
+        self.batcher = MicroBatcher(http, backend, self.stamps, batch_size=options.batch_size,
+                                    batch_wait_s=options.batch_wait_s)
 
     def _left(self) -> float:
         return self.options.deadline - time.time()
@@ -258,7 +184,7 @@ class Solver:
         self.progress.calling += 1
         try:
             if self.options.batch_size > 1:
-                result = await self.batcher.call(model, item, lease_id)
+                result = await self.batcher.call(model, item.prompt, lease_id)
             else:
                 result = await call_single(
                     self.http, self.backend, model=model, prompt=item.prompt,
@@ -338,8 +264,7 @@ async def solving(
         solver = Solver(router, http, backend, options, admitter, progress, outage)
         helpers = [asyncio.create_task(_keep_alive(router, progress), name="heartbeats"),
                    asyncio.create_task(_report(router, progress, options.progress_every_s),
-                                       name="progress"),
-                   asyncio.create_task(solver.stamps.run(), name="send-stamps")]
+                                       name="progress")]
         for task in helpers:
             solver.watch_helper(task)
         try:
@@ -348,6 +273,8 @@ async def solving(
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+            await solver.batcher.aclose()
+            await solver.stamps.aclose()
             if solver.settling:  # answered calls' leases: settle them before closing
                 await asyncio.gather(*list(solver.settling), return_exceptions=True)
     log.info("solving: %d prompts done: %d solved, %d admission round trips",

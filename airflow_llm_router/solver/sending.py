@@ -1,0 +1,73 @@
+"""What happens around sending a call, batched: send stamps, and ``POST /batch`` groups.
+
+Both are many small per-call requests that one call serves as well as many, so both run on
+the coalescing primitive (:mod:`airflow_llm_router.coalesce`):
+
+- :class:`SendStamps` tells the engine which calls have just reached the wire (``mark_sent``:
+  their window entries restart from then), one script call per event-loop turn;
+- :class:`MicroBatcher` groups prompts admitted on one model within ``batch_wait_s`` into
+  one ``POST /batch`` of up to ``batch_size`` (each still under its own lease).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow_llm_router.backend import BackendConfig, CallResult, ShardedClient, call_batch
+from airflow_llm_router.coalesce import Coalescer
+from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
+
+__all__ = ["MicroBatcher", "SendStamps"]
+
+log = logging.getLogger(__name__)
+
+
+class SendStamps:
+    """Stamp calls as sent, in batches; a stamp lost to a Redis outage only leaves a window
+    entry at its (earlier) admission time, which is what it would be without stamps."""
+
+    def __init__(self, router: AsyncRouterClient, outage: RedisOutage) -> None:
+        self._router = router
+        self._outage = outage
+        self._stamps: Coalescer[None, str, None] = Coalescer(self._send, name="send-stamps")
+
+    def mark(self, lease_id: str) -> None:
+        """The call of ``lease_id`` has just been written to the connection."""
+        self._stamps.submit_nowait(None, lease_id)
+
+    async def _send(self, _key: None, lease_ids: list[str]) -> list[None]:
+        try:
+            await self._outage.call(self._router.mark_sent, lease_ids, what="send stamps")
+        except REDIS_DOWN:
+            log.warning("dropped the send stamps of %d calls: Redis unreachable",
+                        len(lease_ids))
+        return [None] * len(lease_ids)
+
+    async def aclose(self) -> None:
+        await self._stamps.aclose()
+
+
+class MicroBatcher:
+    """Group prompts admitted on one model into ``POST /batch`` calls."""
+
+    def __init__(self, http: ShardedClient, backend: BackendConfig, stamps: SendStamps, *,
+                 batch_size: int, batch_wait_s: float) -> None:
+        self._http, self._backend, self._stamps = http, backend, stamps
+        self._batches: Coalescer[str, tuple[str, str], CallResult] = Coalescer(
+            self._send, delay_s=batch_wait_s, max_size=batch_size, name="backend-batch")
+
+    async def call(self, model: str, prompt: str, lease_id: str) -> CallResult:
+        """Solve ``prompt`` on ``model`` in the next ``/batch`` of that model."""
+        return await self._batches.submit(model, (prompt, lease_id))
+
+    async def _send(self, model: str, items: list[tuple[str, str]]) -> list[CallResult]:
+        def sent() -> None:
+            for _prompt, lease_id in items:
+                self._stamps.mark(lease_id)
+
+        return await call_batch(self._http, self._backend, model=model,
+                                prompts=[prompt for prompt, _ in items], on_sent=sent)
+
+    async def aclose(self) -> None:
+        await self._batches.aclose()
