@@ -150,6 +150,14 @@ def _source(config: QuotaConfig, postgres_conn: Any) -> QuotaSource:
     return config.open_store(None, postgres_conn).quotas
 
 
+_TOLD_NO_SOURCE: set[str] = set()
+
+
 def _no_source(config: QuotaConfig, err: Exception) -> None:
-    log.info("quotas lost from Redis cannot be restored: no quota store connection %r (%s)",
+    """Say once per process that restoring is off: nothing is lost, it is a configuration."""
+    if config.postgres_conn_id in _TOLD_NO_SOURCE:
+        return
+    _TOLD_NO_SOURCE.add(config.postgres_conn_id)
+    log.info("no quota store connection %r (%s): quotas are read from Redis only, and "
+             "restored from PostgreSQL after a Redis loss once that connection exists",
              config.postgres_conn_id, type(err).__name__)

@@ -6,7 +6,8 @@
 
 Connections and tables default to the ``[llm_router]`` Airflow config (see
 :class:`~airflow_llm_router.quotas.config.QuotaConfig`). Exit status 2 for invalid input
-(nothing written), 1 when PostgreSQL or Redis failed (nothing written).
+(nothing written) and for every other failure (a missing connection, PostgreSQL or Redis
+unreachable: nothing written), always as one ``error:`` line that says what to fix.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_llm_router.exceptions import QuotaStoreError, QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
@@ -68,13 +71,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             records = config.open_store(None).records()
             print(json.dumps({r.model: r.quota.model_dump() for r in records}, indent=2))
-    except QuotaValidationError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except QuotaStoreError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    except (QuotaValidationError, QuotaStoreError) as err:
+        return _fail(str(err))
+    except AirflowNotFoundException as err:
+        return _fail(f"{err}: add the connection (airflow connections add ...) or name "
+                     "another one with --conn-id / --postgres-conn-id")
+    except Exception as err:  # one line, never a traceback
+        return _fail(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     return 0
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -119,3 +119,11 @@ async def test_hook_async_clients_restore_too(
 def test_restore_can_be_turned_off(connections: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__LLM_ROUTER__RESTORE_QUOTAS", "False")
     assert RouterHook().client.quota_source is None
+
+
+def test_a_missing_connection_is_one_error_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--postgres-conn-id", "no_such_connection", "list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert "no_such_connection" in err[0] and "connections add" in err[0]
