@@ -33,6 +33,7 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
                 "chromium-driver)", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -75,11 +76,26 @@ def log_in(driver: WebDriver, ui: QuotaUiStack, user: str) -> None:
 
 
 def open_quotas_page(driver: WebDriver) -> None:
-    driver.find_element(By.XPATH, "//button[normalize-space()='Admin']").click()
-    item = wait(driver, "'LLM Quotas' in the Admin menu", ec.element_to_be_clickable(
-        (By.XPATH, "//*[@role='menuitem' or self::a][normalize-space()='LLM Quotas']")))
-    item.click()
-    wait(driver, "the plugin route", lambda d: d.current_url.endswith("/plugin/llm-quotas"))
+    """Admin > LLM Quotas. The menu is animated: on a busy machine a click can land while
+    it is still opening (or re-rendering) and be lost, so open and click again until the
+    route changes, within the same overall timeout."""
+    menu_item = (By.XPATH, "//*[@role='menuitem' or self::a][normalize-space()='LLM Quotas']")
+
+    def navigated(d: WebDriver) -> bool:
+        if d.current_url.endswith("/plugin/llm-quotas"):
+            return True
+        items = [e for e in d.find_elements(*menu_item) if e.is_displayed()]
+        try:
+            if items:
+                items[0].click()
+            else:
+                d.find_element(By.XPATH, "//button[normalize-space()='Admin']").click()
+        except WebDriverException:  # detached or covered mid-animation: try again
+            pass
+        return False
+
+    WebDriverWait(driver, TIMEOUT_S, poll_frequency=0.5).until(
+        navigated, message="the plugin route (Admin > LLM Quotas)")
     frame = wait(driver, "the page's iframe", ec.presence_of_element_located(
         (By.CSS_SELECTOR, "iframe[src*='/llm-router/ui']")))
     driver.switch_to.frame(frame)
