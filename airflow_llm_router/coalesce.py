@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Coalescer"]
 
@@ -158,7 +158,7 @@ class Coalescer(Generic[K, I, R]):
             await asyncio.gather(*list(self._sending), return_exceptions=True)
 
 
-def _retrieve(future: asyncio.Future[object]) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark a fire-and-forget future's exception as seen (the batch logged it once)."""
     if not future.cancelled():
         future.exception()

@@ -127,7 +127,7 @@ class Migration:
 
     version: int
     description: str
-    statements: Callable[[TableNames], list[sql.Composable]]
+    statements: Callable[[TableNames], list[sql.Composed | sql.SQL]]
 
 
 def migrate(conn: psycopg.Connection[Any], names: TableNames,

@@ -1,21 +1,27 @@
 """The public operations of a router client, written once for the sync and async clients.
 
-Each operation runs a :class:`~airflow_llm_router.engine.core.RouterCore` step generator
-through ``_drive``, which the sync client implements with blocking calls and the async
-client with awaited ones (its methods return awaitables). The clients only do I/O.
+Each operation is a step generator (see :class:`~airflow_llm_router.engine.core.RouterCore`)
+wrapped in :class:`operation`, a descriptor that hands the generator to the client's
+``_drive``: the sync client (a :class:`SyncDriver`) runs it with blocking calls and returns
+the result, the async client (an :class:`AsyncDriver`) runs it with awaited calls and returns
+an awaitable. The descriptor's overloads tell a type checker which of the two a method
+returns on which client, so each operation is written and typed once and the clients only
+do I/O.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from airflow_llm_router.engine.advice import Advice
-from airflow_llm_router.engine.core import Completion, Decision, RouterCore, Step
+from airflow_llm_router.engine.core import Completion, Decision, RouterCore
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.restore import (
     QuotaSource,
+    Steps,
     admit_restoring,
     quotas_synced,
     sync_quotas,
@@ -33,10 +39,12 @@ from airflow_llm_router.engine.types import (
 )
 from airflow_llm_router.exceptions import ImpossibleRequestError, LeaseNotFoundError
 
-__all__ = ["RouterAPI", "single_decision"]
+__all__ = ["AsyncDriver", "RouterAPI", "SyncDriver", "operation", "single_decision"]
 
 log = logging.getLogger(__name__)
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
 def single_decision(decision: Decision) -> Admission | Wait:
     if isinstance(decision, Rejection):
@@ -44,62 +52,105 @@ def single_decision(decision: Decision) -> Admission | Wait:
     return decision
 
 
+class SyncDriver:
+    """A client that runs steps with blocking calls."""
+
+    def _drive(self, step: Steps[R]) -> R:
+        raise NotImplementedError
+
+
+class AsyncDriver:
+    """A client that runs steps with awaited calls."""
+
+    async def _drive(self, step: Steps[R]) -> R:
+        raise NotImplementedError
+
+
+class operation(Generic[P, R]):
+    """Makes ``def op(self, ...) -> Steps[R]`` a client method that returns ``R`` on a
+    :class:`SyncDriver` and ``Awaitable[R]`` on an :class:`AsyncDriver`."""
+
+    def __init__(self, build: Callable[Concatenate[RouterAPI, P], Steps[R]]) -> None:
+        self._build = build
+        self.__doc__ = build.__doc__
+        self.__name__ = build.__name__
+
+    @overload
+    def __get__(self, client: None, owner: type) -> operation[P, R]: ...
+    @overload
+    def __get__(self, client: SyncDriver, owner: type) -> Callable[P, R]: ...
+    @overload
+    def __get__(self, client: AsyncDriver, owner: type) -> Callable[P, Awaitable[R]]: ...
+
+    def __get__(self, client: Any, owner: type) -> Any:
+        if client is None:
+            return self
+        build = self._build
+
+        @functools.wraps(build)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return client._drive(build(client, *args, **kwargs))
+
+        return run
+
+
 class RouterAPI:
-    """The public operations; ``_drive`` runs a core step generator to its result."""
+    """The public operations of both clients (each an :class:`operation`)."""
 
     core: RouterCore
     #: Where lost quotas are restored from (see :mod:`~airflow_llm_router.engine.restore`).
     quota_source: QuotaSource | None = None
 
-    def _drive(self, step: Step[Any]) -> Any:
-        raise NotImplementedError
-
-    def _then(self, result: Any, fn: Any) -> Any:
-        raise NotImplementedError
-
     @property
     def settings(self) -> RouterSettings:
         return self.core.settings
 
-    def set_quota(self, model: str, quota: ModelQuota | dict[str, Any]) -> bool:
+    @operation
+    def set_quota(self, model: str, quota: ModelQuota | dict[str, Any]) -> Steps[bool]:
         """Create or replace ``model``'s quota (validated); returns True if it was new.
 
         The change applies at the next admission of every caller, no restart needed.
         """
-        return self._drive(self.core.set_quota(model, quota))
+        return self.core.set_quota(model, quota)
 
-    def get_quotas(self) -> dict[str, ModelQuota]:
+    @operation
+    def get_quotas(self) -> Steps[dict[str, ModelQuota]]:
         """Every model's quota, by model name."""
-        return self._drive(self.core.get_quotas())
+        return self.core.get_quotas()
 
-    def get_quota(self, model: str) -> ModelQuota | None:
-        return self._drive(self.core.get_quota(model))
+    @operation
+    def get_quota(self, model: str) -> Steps[ModelQuota | None]:
+        return self.core.get_quota(model)
 
-    def delete_quota(self, model: str) -> bool:
+    @operation
+    def delete_quota(self, model: str) -> Steps[bool]:
         """Remove ``model``'s quota; returns False if it had none."""
-        return self._drive(self.core.delete_quota(model))
+        return self.core.delete_quota(model)
 
-    def quotas_synced(self) -> bool:
+    @operation
+    def quotas_synced(self) -> Steps[bool]:
         """Whether Redis holds what the last sync from the durable quota store wrote
         (False after Redis lost its data; see :mod:`~airflow_llm_router.engine.restore`)."""
-        return self._drive(quotas_synced(self.core))
+        return quotas_synced(self.core)
 
-    def sync_quotas(self, quotas: Mapping[str, ModelQuota]) -> int:
+    @operation
+    def sync_quotas(self, quotas: Mapping[str, ModelQuota]) -> Steps[int]:
         """Write each of ``quotas`` that Redis lacks and mark Redis as synced with the
         durable store; returns how many were written."""
-        return self._drive(sync_quotas(self.core, quotas))
+        return sync_quotas(self.core, quotas)
 
-    def admit_many(self, requests: Sequence[AdmitRequest]) -> list[Decision]:
+    @operation
+    def admit_many(self, requests: Sequence[AdmitRequest]) -> Steps[list[Decision]]:
         """Decide many requests in one round trip per 256: each gets an
         :class:`Admission`, a :class:`Wait` or a :class:`Rejection` (never raises for one)."""
-        return self._drive(self._admit(requests))
+        return self._admit(requests)
 
-    def _admit(self, requests: Sequence[AdmitRequest]) -> Step[list[Decision]]:
+    def _admit(self, requests: Sequence[AdmitRequest]) -> Steps[list[Decision]]:
         if self.quota_source is None:
             return self.core.admit_many(requests)
         return admit_restoring(self.core, requests)
 
-    def _reading(self, step: Step[Any]) -> Step[Any]:
+    def _reading(self, step: Steps[R]) -> Steps[R]:
         """Readers of the stats first restore lost quotas (see ``with_quotas``)."""
         return step if self.quota_source is None else with_quotas(self.core, step)
 
@@ -114,6 +165,7 @@ class RouterAPI:
                         "restore them: %s: %s", type(err).__name__, err)
             return None
 
+    @operation
     def admit(
         self,
         estimated_tokens: int | None = None,
@@ -124,7 +176,7 @@ class RouterAPI:
         priority: Priority = "bulk",
         request_id: str | None = None,
         estimated_output_tokens: int | None = None,
-    ) -> Admission | Wait:
+    ) -> Steps[Admission | Wait]:
         """Reserve capacity for one call, or learn how long to wait.
 
         Give ``estimated_tokens`` (input + output), or ``input_tokens`` and let the engine
@@ -141,24 +193,31 @@ class RouterAPI:
             priority=priority,
             **({"request_id": request_id} if request_id else {}),
         )
-        return self._then(self._drive(self._admit([request])), lambda d: single_decision(d[0]))
+        decisions = yield from self._admit([request])
+        return single_decision(decisions[0])
 
-    def heartbeat_many(self, lease_ids: Sequence[str]) -> list[float | None]:
+    @operation
+    def heartbeat_many(self, lease_ids: Sequence[str]) -> Steps[list[float | None]]:
         """Extend leases; each entry is the new TTL in seconds or None if the lease is gone."""
-        return self._drive(self.core.heartbeat_many(lease_ids))
+        return self.core.heartbeat_many(lease_ids)
 
-    def heartbeat(self, lease_id: str) -> float:
+    @operation
+    def heartbeat(self, lease_id: str) -> Steps[float]:
         """Extend one lease by the lease TTL.
 
         :raises LeaseNotFoundError: the lease expired (its slot was freed) or was completed.
         """
-        return self._then(self._drive(self.core.heartbeat_many([lease_id])),
-                          lambda ttls: _alive(lease_id, ttls[0]))
+        ttls = yield from self.core.heartbeat_many([lease_id])
+        if ttls[0] is None:
+            raise LeaseNotFoundError(f"lease {lease_id!r} expired or was completed")
+        return ttls[0]
 
-    def complete_many(self, completions: Sequence[Completion]) -> list[str]:
+    @operation
+    def complete_many(self, completions: Sequence[Completion]) -> Steps[list[str]]:
         """Settle many leases; statuses ``released``, ``settled`` or ``unknown``."""
-        return self._drive(self.core.complete_many(completions))
+        return self.core.complete_many(completions)
 
+    @operation
     def complete(
         self,
         lease_id: str,
@@ -166,46 +225,45 @@ class RouterAPI:
         output_tokens: int | None = None,
         outcome: Outcome = "ok",
         retry_after_s: float | None = None,
-    ) -> str:
+    ) -> Steps[str]:
         """Free the lease's slot, settle actual tokens, and report how the call went."""
         done = Completion(lease_id, input_tokens, output_tokens, outcome, retry_after_s)
-        return self._then(self._drive(self.core.complete_many([done])), lambda s: s[0])
+        statuses = yield from self.core.complete_many([done])
+        return statuses[0]
 
-    def mark_sent(self, lease_ids: Sequence[str]) -> int:
+    @operation
+    def mark_sent(self, lease_ids: Sequence[str]) -> Steps[int]:
         """Tell the engine these leases' calls have just been sent to the backend.
 
         Their window entries restart from now, so a call that waited (in a connection
         pool, say) before reaching the backend still counts for a full window from when the
         backend saw it. Call it right after sending; it only ever makes the window stricter.
         """
-        return self._drive(self.core.mark_sent(lease_ids))
+        return self.core.mark_sent(lease_ids)
 
-    def cancel(self, request_ids: Sequence[str]) -> int:
+    @operation
+    def cancel(self, request_ids: Sequence[str]) -> Steps[int]:
         """Withdraw waiting requests whose caller gave up."""
-        return self._drive(self.core.cancel(request_ids))
+        return self.core.cancel(request_ids)
 
-    def stats(self, models: Sequence[str] | None = None) -> RouterStats:
+    @operation
+    def stats(self, models: Sequence[str] | None = None) -> Steps[RouterStats]:
         """Current window usage, in-flight calls, health and counters per model."""
-        return self._drive(self._reading(self.core.stats(models)))
+        return self._reading(self.core.stats(models))
 
+    @operation
     def advice(
         self,
         backlog: int,
         per_solver_in_flight: int = 100,
         max_solvers: int = 16,
         input_tokens_per_call: float = 0,
-    ) -> Advice:
+    ) -> Steps[Advice]:
         """How many solvers saturate the quotas for ``backlog`` waiting tasks (Little's law
         on each model's rate limit and latency; see :mod:`airflow_llm_router.engine.advice`).
 
         :param input_tokens_per_call: input tokens assumed per call for a model with no
             request in its current window.
         """
-        return self._drive(self._reading(self.core.advice(
-            backlog, per_solver_in_flight, max_solvers, input_tokens_per_call)))
-
-
-def _alive(lease_id: str, ttl: float | None) -> float:
-    if ttl is None:
-        raise LeaseNotFoundError(f"lease {lease_id!r} expired or was completed")
-    return ttl
+        return self._reading(self.core.advice(
+            backlog, per_solver_in_flight, max_solvers, input_tokens_per_call))

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from airflow_llm_router.engine.api import RouterAPI, single_decision
-from airflow_llm_router.engine.core import Command, RouterCore, Script, Step
+from airflow_llm_router.engine.api import AsyncDriver, RouterAPI, single_decision
+from airflow_llm_router.engine.core import Command, RouterCore, Script
 from airflow_llm_router.engine.merger import ScriptMerger
 from airflow_llm_router.engine.releases import RELEASE_HELPS, ReleaseListener
-from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource
+from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 
 __all__ = ["AsyncRouterClient"]
 
+R = TypeVar("R")
 
-class AsyncRouterClient(RouterAPI):
+
+class AsyncRouterClient(RouterAPI, AsyncDriver):
     """Asyncio client over a ``redis.asyncio.Redis``; every method returns an awaitable."""
 
     def __init__(
@@ -39,16 +41,14 @@ class AsyncRouterClient(RouterAPI):
         pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=32, timeout=None)
         return cls(aioredis.Redis(connection_pool=pool), settings, quota_source=quota_source)
 
-    async def _drive(self, step: Step[Any]) -> Any:  # type: ignore[override]
-        reply = None
+    async def _drive(self, step: Steps[R]) -> R:
+        reply: Any = None
         try:
             while True:
                 reply = await self._run(step.send(reply))
         except StopIteration as done:
-            return done.value
-
-    async def _then(self, result: Any, fn: Any) -> Any:  # type: ignore[override]
-        return fn(await result)
+            result: R = done.value
+            return result
 
     async def _run(self, action: Script | Command | LoadQuotas) -> Any:
         if isinstance(action, Command):

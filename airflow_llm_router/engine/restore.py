@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from airflow_llm_router.engine.core import Command, Decision, RouterCore, Step
+from airflow_llm_router.engine.core import Command, Decision, RouterCore, Script, Step
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import AdmitRequest, Rejection
 
@@ -34,6 +34,7 @@ __all__ = [
     "LOST_QUOTA_REASONS",
     "LoadQuotas",
     "QuotaSource",
+    "Steps",
     "admit_restoring",
     "quotas_synced",
     "sync_quotas",
@@ -56,7 +57,11 @@ class LoadQuotas:
     if the source failed (the failure is logged by the client)."""
 
 
-def admit_restoring(core: RouterCore, requests: Sequence[AdmitRequest]) -> Step[list[Decision]]:
+#: A step that may also read the quota source: what a client drives.
+Steps = Generator[Script | Command | LoadQuotas, Any, T]
+
+
+def admit_restoring(core: RouterCore, requests: Sequence[AdmitRequest]) -> Steps[list[Decision]]:
     """``core.admit_many``, restoring the quotas and retrying the rejected requests once if
     Redis turns out to have lost every quota."""
     decisions = yield from core.admit_many(requests)
@@ -70,7 +75,7 @@ def admit_restoring(core: RouterCore, requests: Sequence[AdmitRequest]) -> Step[
     return decisions
 
 
-def with_quotas(core: RouterCore, step: Step[T]) -> Step[T]:
+def with_quotas(core: RouterCore, step: Steps[T]) -> Steps[T]:
     """Run ``step`` after restoring the quotas if Redis holds none.
 
     For readers (stats, advice): after a loss they would see no model, and a caller that
@@ -103,7 +108,7 @@ def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota]) -> Step[int]
     return written
 
 
-def restore_quotas(core: RouterCore) -> Step[bool]:
+def restore_quotas(core: RouterCore) -> Steps[bool]:
     """Write the source's missing quotas if Redis lost its data (no epoch marker); True if
     any were written."""
     if (yield from quotas_synced(core)):

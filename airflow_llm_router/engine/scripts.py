@@ -29,7 +29,7 @@ OPERATIONS = tuple(_LIBRARIES)
 
 
 def _read(name: str) -> str:
-    return resources.files("airflow_llm_router.engine").joinpath("lua", name).read_text()
+    return resources.files("airflow_llm_router.engine").joinpath("lua").joinpath(name).read_text()
 
 
 @cache

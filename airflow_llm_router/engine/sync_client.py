@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
-from airflow_llm_router.engine.api import RouterAPI, single_decision
-from airflow_llm_router.engine.core import Command, RouterCore, Script, Step
-from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource
+from airflow_llm_router.engine.api import RouterAPI, SyncDriver, single_decision
+from airflow_llm_router.engine.core import Command, RouterCore, Script
+from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 
 __all__ = ["RouterClient"]
 
+R = TypeVar("R")
 
-class RouterClient(RouterAPI):
+
+class RouterClient(RouterAPI, SyncDriver):
     """Blocking client over a ``redis.Redis`` connection."""
 
     def __init__(self, client: redis.Redis, settings: RouterSettings | None = None, *,
@@ -31,16 +33,14 @@ class RouterClient(RouterAPI):
                  quota_source: QuotaSource | None = None) -> RouterClient:
         return cls(redis.Redis.from_url(url), settings, quota_source=quota_source)
 
-    def _drive(self, step: Step[Any]) -> Any:
-        reply = None
+    def _drive(self, step: Steps[R]) -> R:
+        reply: Any = None
         try:
             while True:
                 reply = self._run(step.send(reply))
         except StopIteration as done:
-            return done.value
-
-    def _then(self, result: Any, fn: Any) -> Any:
-        return fn(result)
+            result: R = done.value
+            return result
 
     def _run(self, action: Script | Command | LoadQuotas) -> Any:
         if isinstance(action, Command):

@@ -22,7 +22,7 @@ def audit_table(names: TableNames) -> sql.Identifier:
     return sql.Identifier(names.schema, f"{names.table}_audit")
 
 
-def _initial(names: TableNames) -> list[sql.Composable]:
+def _initial(names: TableNames) -> list[sql.Composed | sql.SQL]:
     quotas = sql.SQL(
         """
         CREATE TABLE {quotas} (

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
 from airflow_llm_router.engine.client import RouterClient
@@ -110,7 +110,8 @@ class QuotaStore:
         params.setdefault("application_name", "airflow-llm-router-quotas")
         params.setdefault("connect_timeout", 10)
         try:
-            with psycopg.connect(autocommit=False, **params) as conn, conn.transaction():
+            with psycopg.connect(make_conninfo("", **params), autocommit=False) as conn, \
+                    conn.transaction():
                 yield conn
         except pg_errors.UndefinedTable as err:
             raise QuotaStoreError(
@@ -124,7 +125,7 @@ class QuotaStore:
         """Create or upgrade the quota tables; idempotent, safe to run concurrently."""
         params = conninfo_to_dict(self._dsn)
         try:
-            with psycopg.connect(autocommit=False, **params) as conn:
+            with psycopg.connect(make_conninfo("", **params), autocommit=False) as conn:
                 return migrate(conn, self._names, QUOTA_MIGRATIONS)
         except psycopg.Error as err:
             raise QuotaStoreError(f"quota store migration failed: {err}") from err

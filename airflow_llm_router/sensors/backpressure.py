@@ -98,7 +98,7 @@ class BackpressureSensor(BaseSensorOperator):
             timeout=timedelta(seconds=float(self.timeout)),
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """Resumed by the trigger's event: the advice, or the error that stopped the wait."""
         if event.get("status") != "ready":
             raise AirflowException(f"waiting for backlog and capacity failed: "

@@ -9,7 +9,7 @@ from airflow_llm_router.pg import Migration, TableNames
 __all__ = ["LATEST_VERSION", "MIGRATIONS"]
 
 
-def _initial(names: TableNames) -> list[sql.Composable]:
+def _initial(names: TableNames) -> list[sql.Composed | sql.SQL]:
     create = sql.SQL(
         """
         CREATE TABLE {tasks} (

@@ -30,7 +30,8 @@ ModelName = Annotated[str, Path(pattern=MODEL_NAME_RE.pattern, description=(
 
 def service(request: Request) -> QuotaService:
     try:
-        return request.app.state.service.get()
+        found: QuotaService = request.app.state.service.get()
+        return found
     except ServiceUnavailable as err:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
 
