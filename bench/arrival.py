@@ -181,7 +181,7 @@ def report(args: argparse.Namespace, trials: list[dict[str, float]], warm: list[
         "- Path: the enqueue's `pg_notify` wakes `BacklogArrivalTrigger` (an asset watcher in",
         "  the triggerer), whose event queues a run of the asset-scheduled DAG; the sensor",
         "  finds the backlog at its first check and hands each advised solver its settings,",
-        "  each solver defers to its `SolveTrigger`, which claims and admits.",
+        "  each solver defers to its `DrainTrigger`, which claims and admits.",
         "",
         "Seconds from the enqueue to each step (median, min, max over the trials):",
         "",

@@ -3,7 +3,7 @@
 Drains the same backlog against the simulator three times, with the solver count the
 router's advice gives (Little's law from the quotas and the latency priors), half of it and
 twice it, and compares each run's throughput with the capacity bound's. The solvers are
-``SolveTrigger`` drains run side by side in one event loop, which is what the triggerer does
+``DrainTrigger`` drains run side by side in one event loop, which is what the triggerer does
 with the mapped instances of the drain DAG (``dag.test()`` would run them one after another).
 
 Each run starts from nothing: a new simulator process (empty provider windows), a new router
@@ -43,7 +43,7 @@ from psycopg import sql  # noqa: E402
 from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
-from airflow_llm_router.triggers.solve import SolveTrigger  # noqa: E402
+from airflow_llm_router.triggers.solve import DrainTrigger  # noqa: E402
 from bench.common import drop_namespace, publish  # noqa: E402
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound  # noqa: E402
 from llm_router_devkit.demo.router_quotas import router_quotas  # noqa: E402
@@ -107,11 +107,13 @@ def _drop(dsn: str, schema: str) -> None:
 async def _drain(solvers: int, per_solver: int, schema: str, budget_s: float) -> list[dict]:
     deadline = time.time() + budget_s
     triggers = [
-        SolveTrigger(
-            drain={"postgres_conn_id": "postgres_bench", "schema": schema, "table": "tasks",
-                   "worker_id": f"bench-{k}", "claim_ttl_s": 120, "claim_batch": per_solver},
+        DrainTrigger(
+            store={"postgres_conn_id": "postgres_bench", "schema": schema, "table": "tasks"},
+            worker_id=f"bench-{k}",
+            settings={"claim_ttl_s": 120, "claim_batch": per_solver,
+                      "max_in_flight": per_solver},
             router_conn_id="llm_router_bench", backend_conn_id="models_backend_bench",
-            deadline=deadline, max_in_flight=per_solver)
+            deadline=deadline)
         for k in range(solvers)
     ]
     events = await asyncio.gather(*(anext(t.run()) for t in triggers))
@@ -226,7 +228,7 @@ def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any, capacit
         f" {args.prompts:,} prompts, any model allowed, time scale {args.time_scale:g}"
         f" (a {60 / args.time_scale:g} s window), {args.per_solver} calls in flight per solver.",
         f"- Machine: {os.cpu_count()} CPUs shared with other work, Python"
-        f" {platform.python_version()}; the solvers run as `SolveTrigger` drains side by side"
+        f" {platform.python_version()}; the solvers run as `DrainTrigger` drains side by side"
         " in one event loop (as in the triggerer), the simulator in its own process.",
         "- Each run starts cold: new simulator, new router namespace (latency and output",
         "  priors only), new task schema with the same prompts. Makespan: from starting the",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
-from airflow_llm_router.operators.solve import SolveTaskOperator
+from airflow_llm_router.operators.prompts import SolvePromptsOperator
 
 with DAG(
     dag_id="llm_router_single_prompt",
@@ -22,7 +22,7 @@ with DAG(
     },
     doc_md=__doc__,
 ) as dag:
-    SolveTaskOperator(
+    SolvePromptsOperator(
         task_id="solve",
         prompt="{{ params.prompt }}",
         priority="{{ params.priority }}",

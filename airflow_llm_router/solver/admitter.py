@@ -11,6 +11,12 @@ prompts, kept off slow models): an any-model request tries the given models in o
 request with its own list keeps the models of it that are in the set (or its whole list
 when none are), and, should the narrowed request be impossible (too large for the models
 left), it is asked again as it is.
+
+Why a standing queue and not :class:`~airflow_llm_router.coalesce.Coalescer` (which merges
+one-shot calls): a waiting request is decided again and again until admitted, and each
+round must carry every waiter in queue order, re-routed, and sleep on the earliest of their
+waits or a release. The coalescer answers each submission once; here the queue outlives
+rounds, which is the whole point, so the loop is written out once, here.
 """
 
 from __future__ import annotations

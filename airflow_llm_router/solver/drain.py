@@ -20,10 +20,11 @@ from typing import Any
 
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import Solver
+from airflow_llm_router.solver.settings import DrainSettings
 from airflow_llm_router.store import ClaimedTask, TaskFailure, TaskResult, TaskStore
 from airflow_llm_router.store.watch import BacklogWatch
 
-__all__ = ["DrainOptions", "DrainState", "drain_store"]
+__all__ = ["DrainState", "drain_store"]
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,12 @@ class DrainState:
                 "elapsed_s": round(time.time() - self.started, 3)}
 
 
-def chunk_items(claimed: list[ClaimedTask], max_output_tokens: int | None) -> list[SolveItem]:
+def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
     """Solver items for claimed tasks. The request id carries the claim token: a restarted
     trigger of the same claim reuses its leases; a new claim of the task starts afresh."""
     return [
         SolveItem(key=str(t.id), prompt=t.prompt, request_id=f"task-{t.id}:{t.claim_token}",
-                  models=t.allowed_models, ordered=True, priority=t.priority,
-                  max_output_tokens=max_output_tokens)
+                  models=t.allowed_models, ordered=True, priority=t.priority)
         for t in claimed
     ]
 
@@ -89,34 +89,12 @@ def write_results(store: TaskStore, tokens: dict[int, str],
             "released": sum(released.values()), "stale": stale}
 
 
-@dataclass(frozen=True)
-class DrainOptions:
-    """How the store is drained.
-
-    :param worker_id: recorded on each claim.
-    :param claim_ttl_s: claims are extended every third of this while their prompt is in
-        progress; a claim not extended (the triggerer died) expires and is re-claimed.
-    :param deadline: epoch seconds after which no task is claimed.
-    :param max_in_flight: tasks in progress at once.
-    :param claim_batch: the most tasks claimed in one statement.
-    :param max_output_tokens: sent to the backend as each call's output cap.
-    :param flush_every_s: how often buffered answers are written.
-    """
-
-    worker_id: str
-    claim_ttl_s: float
-    deadline: float
-    max_in_flight: int
-    claim_batch: int = 100
-    max_output_tokens: int | None = None
-    flush_every_s: float = 0.2
-    linger_s: float = 0.0
-
-
 @dataclass
 class _Draining:
     store: TaskStore
-    options: DrainOptions
+    settings: DrainSettings
+    worker_id: str
+    deadline: float
     state: DrainState
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     claims: dict[int, str] = field(default_factory=dict)
@@ -140,8 +118,8 @@ class _Draining:
 
     async def claim(self, n: int) -> list[Any]:
         def take() -> list[Any]:  # records the claims even if the drain is being cancelled
-            claimed = self.store.claim(n, worker_id=self.options.worker_id,
-                                       claim_ttl_s=self.options.claim_ttl_s)
+            claimed = self.store.claim(n, worker_id=self.worker_id,
+                                       claim_ttl_s=self.settings.claim_ttl_s)
             self.claims.update({t.id: t.claim_token for t in claimed})
             return claimed
 
@@ -154,7 +132,7 @@ class _Draining:
             self.state.chunks += 1
             solver.progress.total += len(claimed)
         return [asyncio.create_task(solver.solve(item))
-                for item in chunk_items(claimed, self.options.max_output_tokens)]
+                for item in chunk_items(claimed)]
 
     async def flush(self) -> None:
         done, self.results = self.results, []
@@ -167,7 +145,7 @@ class _Draining:
         """Nothing in progress: whether to claim again (tasks remain, arrived while
         lingering, or came back from a dead worker's claims) or stop (deadline passed;
         backlog empty, nobody else holding claims, and nothing arrived)."""
-        if time.time() >= self.options.deadline:
+        if time.time() >= self.deadline:
             return False
         if await self.call(self.store.backlog_size) == 0:
             others = await self.call(self.store.claims_in_progress)
@@ -182,7 +160,7 @@ class _Draining:
         them, or may have died (a crashed triggerer's claims stay live until they expire).
         Not done yet: wait until the next claim expires (when the store returns it and
         announces it) or a task arrives, then look again. False past the deadline."""
-        left = self.options.deadline - time.time()
+        left = self.deadline - time.time()
         if left <= 0:
             return False
         if not self.waiting_for_others:
@@ -205,8 +183,8 @@ class _Draining:
     async def linger(self) -> bool:
         """With the backlog empty: wait up to ``linger_s`` (within the deadline) for new
         tasks, woken by the store's notifications; True if some arrived."""
-        until = time.monotonic() + min(self.options.linger_s,
-                                       self.options.deadline - time.time())
+        until = time.monotonic() + min(self.settings.linger_s,
+                                       self.deadline - time.time())
         if until <= time.monotonic():
             return False
         await self.open_watch()  # the backlog is re-read below
@@ -237,7 +215,7 @@ class _Draining:
     async def extend(self) -> None:
         if self.claims:
             await self.call(self.store.extend_claims, dict(self.claims),
-                            claim_ttl_s=self.options.claim_ttl_s)
+                            claim_ttl_s=self.settings.claim_ttl_s)
 
 
 def _collect(done: set[asyncio.Task[SolveResult]],
@@ -254,22 +232,24 @@ def _collect(done: set[asyncio.Task[SolveResult]],
     return failure
 
 
-async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
-                      state: DrainState) -> DrainState:
+async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
+                      worker_id: str, state: DrainState) -> DrainState:
     """Claim, solve and write until the backlog is empty (and stays empty for
-    ``options.linger_s``) or the deadline passes."""
-    d = _Draining(store, options, state)
+    ``settings.linger_s``) or the solver's deadline passes.
+
+    :param worker_id: recorded on each claim."""
+    d = _Draining(store, settings, worker_id, solver.deadline, state)
     active: set[asyncio.Task[SolveResult]] = set()
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()
-    refill = max(1, min(10, options.max_in_flight // 10, options.claim_batch))
+    refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
     try:
         await d.steer(solver, now=True)
         while True:
-            open_slots = options.max_in_flight - len(active)
-            may_claim = time.time() < options.deadline and time.monotonic() >= quiet_until
+            open_slots = settings.max_in_flight - len(active)
+            may_claim = time.time() < d.deadline and time.monotonic() >= quiet_until
             if may_claim and (open_slots >= refill or not active):
-                want = min(open_slots, options.claim_batch)
+                want = min(open_slots, settings.claim_batch)
                 started = await d.start(solver, want)
                 if len(started) < want:
                     quiet_until = time.monotonic() + 1.0
@@ -281,7 +261,7 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
                     break
                 quiet_until = 0.0  # claim again at once
                 continue
-            done, active = await asyncio.wait(active, timeout=options.flush_every_s,
+            done, active = await asyncio.wait(active, timeout=settings.flush_every_s,
                                               return_when=asyncio.FIRST_COMPLETED)
             failure = _collect(done, d.results)
             if failure is not None:  # write what was answered, then end loudly
@@ -289,10 +269,10 @@ async def drain_store(store: TaskStore, solver: Solver, options: DrainOptions,
                 raise failure
             solver.check()
             now = time.monotonic()
-            if now - last_flush >= options.flush_every_s or not active:
+            if now - last_flush >= settings.flush_every_s or not active:
                 await d.flush()
                 last_flush = now
-            if now - last_extend >= options.claim_ttl_s / 3:
+            if now - last_extend >= settings.claim_ttl_s / 3:
                 await d.extend()
                 last_extend = now
     finally:

@@ -32,42 +32,13 @@ from airflow_llm_router.solver.admitter import BatchAdmitter
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
+from airflow_llm_router.solver.settings import SolveSettings
 from airflow_llm_router.solver.tail import ModelPace, tail_models
 from airflow_llm_router.tokens import count_input_tokens
 
-__all__ = ["SolveOptions", "Solver", "solve_items", "solving"]
+__all__ = ["Solver", "solve_items", "solving"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SolveOptions:
-    """How a chunk is solved.
-
-    :param deadline: epoch seconds after which no new call is started; prompts not yet
-        admitted come back ``unfinished`` (their tasks return to the backlog).
-    :param max_in_flight: prompts being admitted or called at once by this solver.
-    :param max_errors: calls ending in 5xx/timeout before a prompt is given up.
-    :param max_rate_limited: 429s before a prompt is given up.
-    :param backoff_s: first wait after an error; doubles, with jitter.
-    :param progress_every_s: how often progress is logged.
-    :param batch_size: above 1, prompts admitted on the same model within ``batch_wait_s``
-        go to the backend together in one ``POST /batch`` (up to this many), each still
-        under its own lease. Off by default: a batch answers with its slowest prompt.
-    :param batch_wait_s: how long an admitted prompt may wait for batch companions.
-    :param redis_outage_s: how long the solver rides out a Redis outage (retrying its
-        calls with backoff) before it gives up and the drain ends with the error.
-    """
-
-    deadline: float
-    max_in_flight: int = 100
-    max_errors: int = 3
-    max_rate_limited: int = 20
-    backoff_s: float = 1.0
-    progress_every_s: float = 10.0
-    batch_size: int = 1
-    batch_wait_s: float = 0.02
-    redis_outage_s: float = 180.0
 
 
 @dataclass
@@ -83,22 +54,23 @@ class Solver:
     """Solves prompts one by one, many at once; see :func:`solving`."""
 
     def __init__(self, router: AsyncRouterClient, http: ShardedClient,
-                 backend: BackendConfig, options: SolveOptions, admitter: BatchAdmitter,
-                 progress: _Progress, outage: RedisOutage) -> None:
+                 backend: BackendConfig, settings: SolveSettings, deadline: float,
+                 admitter: BatchAdmitter, progress: _Progress, outage: RedisOutage) -> None:
         self.router, self.http, self.backend = router, http, backend
-        self.options, self.admitter, self.progress = options, admitter, progress
+        self.settings, self.deadline = settings, deadline
+        self.admitter, self.progress = admitter, progress
         self.outage = outage
-        self.slots = asyncio.Semaphore(options.max_in_flight)
+        self.slots = asyncio.Semaphore(settings.max_in_flight)
         self.stamps = SendStamps(router, outage)
         #: settlements of answered calls still being sent to Redis (see :meth:`_settle`)
         self.settling: set[asyncio.Task[None]] = set()
         #: the first error of a helper loop (heartbeats, stamps, ...): the drain ends with it
         self.failure: BaseException | None = None
-        self.batcher = MicroBatcher(http, backend, self.stamps, batch_size=options.batch_size,
-                                    batch_wait_s=options.batch_wait_s)
+        self.batcher = MicroBatcher(http, backend, self.stamps, batch_size=settings.batch_size,
+                                    batch_wait_s=settings.batch_wait_s)
 
     def _left(self) -> float:
-        return self.options.deadline - time.time()
+        return self.deadline - time.time()
 
     def check(self) -> None:
         """Raise the error that stopped a helper loop, if one did (never hang without it)."""
@@ -145,7 +117,7 @@ class Solver:
         errors = limited = calls = 0
         last: CallResult | None = None
         tokens = count_input_tokens(item.prompt)
-        while errors < self.options.max_errors and limited < self.options.max_rate_limited:
+        while errors < self.settings.max_errors and limited < self.settings.max_rate_limited:
             request = AdmitRequest(
                 input_tokens=tokens, models=item.models, ordered=item.ordered,
                 priority=item.priority,  # type: ignore[arg-type]
@@ -174,7 +146,7 @@ class Solver:
                 limited += 1
                 continue
             errors += 1
-            pause = self.options.backoff_s * 2 ** (errors - 1) * random.uniform(0.5, 1.0)
+            pause = self.settings.backoff_s * 2 ** (errors - 1) * random.uniform(0.5, 1.0)
             await asyncio.sleep(max(0.0, min(pause, self._left())))
         return SolveResult(item.key, "failed", error=last.error if last else None,
                            retryable=True, calls=calls, rate_limited=limited)
@@ -183,12 +155,12 @@ class Solver:
         self.progress.live.add(lease_id)
         self.progress.calling += 1
         try:
-            if self.options.batch_size > 1:
+            if self.settings.batch_size > 1:
                 result = await self.batcher.call(model, item.prompt, lease_id)
             else:
                 result = await call_single(
                     self.http, self.backend, model=model, prompt=item.prompt,
-                    max_output_tokens=item.max_output_tokens,
+                    max_output_tokens=item.max_output_tokens or self.settings.max_output_tokens,
                     on_sent=lambda: self.stamps.mark(lease_id))
         finally:
             self.progress.live.discard(lease_id)
@@ -254,16 +226,20 @@ async def solving(
     router: AsyncRouterClient,
     http: ShardedClient,
     backend: BackendConfig,
-    options: SolveOptions,
+    settings: SolveSettings,
+    deadline: float,
 ) -> AsyncIterator[Solver]:
     """A solver and its helpers (batched admission, lease heartbeats, send stamps,
-    progress log) for as long as the block runs; ``solver.solve(item)`` solves one prompt."""
+    progress log) for as long as the block runs; ``solver.solve(item)`` solves one prompt.
+
+    :param deadline: epoch seconds after which no new call is started; prompts not yet
+        admitted come back ``unfinished`` (a drain's tasks return to the backlog)."""
     progress = _Progress(total=0)
-    outage = RedisOutage(options.redis_outage_s)
+    outage = RedisOutage(settings.redis_outage_s)
     async with BatchAdmitter(router, outage) as admitter:
-        solver = Solver(router, http, backend, options, admitter, progress, outage)
+        solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage)
         helpers = [asyncio.create_task(_keep_alive(router, progress), name="heartbeats"),
-                   asyncio.create_task(_report(router, progress, options.progress_every_s),
+                   asyncio.create_task(_report(router, progress, settings.progress_every_s),
                                        name="progress")]
         for task in helpers:
             solver.watch_helper(task)

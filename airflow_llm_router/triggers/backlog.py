@@ -22,15 +22,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.sdk import BaseHook
-from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.store.watch import BacklogWatch
+from airflow_llm_router.triggers.base import RouterTrigger, SerializedArguments
 
 __all__ = ["BacklogArrivalTrigger", "BackpressureTrigger"]
 
-_MODULE = "airflow_llm_router.triggers.backlog"
 
 
 async def _watch(postgres_conn_id: str, schema: str, table: str) -> BacklogWatch:
@@ -38,7 +38,7 @@ async def _watch(postgres_conn_id: str, schema: str, table: str) -> BacklogWatch
     return BacklogWatch(TaskStore.dsn_from_connection(conn), schema=schema, table=table)
 
 
-class BacklogArrivalTrigger(BaseEventTrigger):
+class BacklogArrivalTrigger(SerializedArguments, BaseEventTrigger):
     """Fires when tasks arrive in the store: use it in an ``AssetWatcher`` of the asset the
     drain DAG is scheduled on.
 
@@ -67,7 +67,7 @@ class BacklogArrivalTrigger(BaseEventTrigger):
         min_interval_s: float = 10.0,
         poll_interval_s: float = 60.0,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         if min_interval_s < 0 or poll_interval_s <= 0:
             raise ValueError("min_interval_s must be >= 0 and poll_interval_s > 0 (seconds)")
         self.postgres_conn_id = postgres_conn_id
@@ -75,15 +75,6 @@ class BacklogArrivalTrigger(BaseEventTrigger):
         self.table = table
         self.min_interval_s = min_interval_s
         self.poll_interval_s = poll_interval_s
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{_MODULE}.BacklogArrivalTrigger", {
-            "postgres_conn_id": self.postgres_conn_id,
-            "schema": self.schema,
-            "table": self.table,
-            "min_interval_s": self.min_interval_s,
-            "poll_interval_s": self.poll_interval_s,
-        }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async with await _watch(self.postgres_conn_id, self.schema, self.table) as watch:
@@ -107,7 +98,7 @@ class BacklogArrivalTrigger(BaseEventTrigger):
                     yield TriggerEvent({"backlog": backlog, "announced": folded})
 
 
-class BackpressureTrigger(BaseTrigger):
+class BackpressureTrigger(RouterTrigger):
     """Wait until the store has a backlog and the router an enabled model, then fire once
     with the router's advice: ``{"status": "ready", "backlog": n, "advice": {...}}``, or
     ``{"status": "error", "error": "..."}``.
@@ -138,18 +129,6 @@ class BackpressureTrigger(BaseTrigger):
         self.max_solvers = max_solvers
         self.input_tokens_per_call = input_tokens_per_call
         self.poll_interval_s = poll_interval_s
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{_MODULE}.BackpressureTrigger", {
-            "router_conn_id": self.router_conn_id,
-            "postgres_conn_id": self.postgres_conn_id,
-            "schema": self.schema,
-            "table": self.table,
-            "per_solver_in_flight": self.per_solver_in_flight,
-            "max_solvers": self.max_solvers,
-            "input_tokens_per_call": self.input_tokens_per_call,
-            "poll_interval_s": self.poll_interval_s,
-        }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:

@@ -17,8 +17,8 @@ with DAG(
     SolveTaskOperator.partial(
         task_id="solve",
         store_schema="{{ params.store_schema }}",
-        max_in_flight=200,
-        time_budget_s=120,
-        claim_ttl_s=120,
-        retry_backoff_s=0.05,
-    ).expand(chunk_size=[60, 90])
+    ).expand(settings=[
+        {"max_in_flight": 200, "time_budget_s": 120, "claim_ttl_s": 120, "backoff_s": 0.05,
+         "claim_batch": claim_batch}
+        for claim_batch in (60, 90)
+    ])

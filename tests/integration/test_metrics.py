@@ -75,8 +75,8 @@ async def test_solving_counts_admissions_waits_and_429s(
                            models=("m0",)).to_dict() for i in range(12)]
         trigger = SolveTrigger(items=items, router_conn_id="llm_router_default",
                                backend_conn_id="models_backend_default",
-                               deadline=time.time() + 30, max_in_flight=12,
-                               retry_backoff_s=0.05)
+                               deadline=time.time() + 30,
+                               settings={"max_in_flight": 12, "backoff_s": 0.05})
         event = (await anext(trigger.run())).payload
     assert event["status"] == "done"
     admitted = statsd.wait_for("airflow.llm_router.admitted.m0:")

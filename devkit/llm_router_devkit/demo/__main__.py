@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
         help="which example DAG drains the backlog")
     add("--fan-out", type=int, default=d.fan_out,
         help="mapped solvers (drain DAG); 0: as many as the router advises")
-    add("--chunk-size", type=int, default=d.chunk_size, help="tasks per claim (drain DAG)")
+    add("--claim-batch", type=int, default=d.claim_batch,
+        help="the most tasks one claim takes (drain DAG)")
     add("--max-in-flight", type=int, default=d.max_in_flight,
         help="model calls in flight per solver (drain DAG)")
     add("--time-budget-s", type=float, default=d.time_budget_s,
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = DemoOptions(
         prompts=args.prompts, time_scale=args.time_scale, seed=args.seed,
         error_rate=args.error_rate, dag=args.dag, fan_out=args.fan_out,
-        chunk_size=args.chunk_size, max_in_flight=args.max_in_flight,
+        claim_batch=args.claim_batch, max_in_flight=args.max_in_flight,
         time_budget_s=args.time_budget_s, redis_url=args.redis_url,
         postgres_dsn=args.postgres_dsn, workdir=args.workdir, dags_folder=args.dags_folder,
         schema=args.schema, progress_interval_s=args.progress_interval,

@@ -48,7 +48,7 @@ class DemoOptions:
     error_rate: float = 0.0
     dag: str = "llm_router_drain"
     fan_out: int = 4
-    chunk_size: int = 250
+    claim_batch: int = 250
     max_in_flight: int = 250
     time_budget_s: float = 900.0
     redis_url: str | None = None
@@ -157,7 +157,7 @@ def _last_answer_epoch(dsn: str, schema: str) -> float | None:
 def _conf(opts: DemoOptions) -> dict[str, Any]:
     if opts.dag == "as_is_baseline":
         return {"store_schema": opts.schema, "worker_timeout_s": 1800.0 / opts.time_scale}
-    return {"fan_out": opts.fan_out, "chunk_size": opts.chunk_size,
+    return {"fan_out": opts.fan_out, "claim_batch": opts.claim_batch,
             "max_in_flight": opts.max_in_flight, "time_budget_s": opts.time_budget_s,
             "store_schema": opts.schema}
 

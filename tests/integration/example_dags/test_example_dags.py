@@ -36,7 +36,7 @@ def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
     assert type(watcher.trigger).__name__ == "BacklogArrivalTrigger"
     assert watcher.trigger.schema == dag.params["store_schema"] and dag.max_active_runs == 1
     assert dag.get_task("advise").deferrable  # waits in the triggerer
-    assert {"fan_out", "chunk_size", "max_in_flight", "time_budget_s"} <= set(dag.params)
+    assert {"fan_out", "claim_batch", "max_in_flight", "time_budget_s"} <= set(dag.params)
     assert dag.params["fan_out"] == 0  # 0: as many solvers as the router advises
     solve = dag.get_task("solve")
     assert isinstance(solve, MappedOperator)
@@ -50,11 +50,19 @@ def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
 
 def test_drain_sensor_gives_one_settings_dict_per_solver(bag) -> None:
     sensor = bag.dags["llm_router_drain"].get_task("advise")
-    assert set(sensor.solver_kwargs) == {"chunk_size", "max_in_flight", "time_budget_s",
-                                         "linger_s", "store_schema"}
-    sensor.solver_kwargs = {"chunk_size": 50, "max_in_flight": 20}  # as rendered
+    from airflow_llm_router.operators.solve import SolveTaskOperator
+    from airflow_llm_router.solver.settings import DrainSettings
+
+    assert set(sensor.solver_kwargs) == {"settings", "store_schema"}
+    # every templated setting is a DrainSettings field, under the same name
+    assert set(sensor.solver_kwargs["settings"]) <= set(DrainSettings.model_fields)
+    rendered = {"settings": {"claim_batch": 50, "max_in_flight": 20}, "store_schema": "s"}
+    sensor.solver_kwargs = rendered
     sensor.fan_out = 3
-    assert sensor._result({"solvers": 7}, {}) == [{"chunk_size": 50, "max_in_flight": 20}] * 3
+    kwargs = sensor._result({"solvers": 7}, {})
+    assert kwargs == [rendered] * 3
+    solver = SolveTaskOperator(task_id="solve", **kwargs[0])
+    assert solver.parsed_settings() == DrainSettings(claim_batch=50, max_in_flight=20)
     sensor.fan_out = 0  # as advised
     assert len(sensor._result({"solvers": 7}, {})) == 7
     sensor.fan_out = "many"

@@ -19,22 +19,23 @@ from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import SolveTrigger
+from airflow_llm_router.triggers.solve import DrainTrigger
 from tests.integration.backends import quotas_from, serve_backend, set_quotas_from, small_profile
 from tests.integration.redis_server import private_redis
 
 
 def _drain(schema: str, seconds: float, *, claim_ttl_s: float = 5.0,
-           max_in_flight: int = 100) -> SolveTrigger:
-    return SolveTrigger(
-        drain={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks",
-               "worker_id": "drain-under-test", "claim_ttl_s": claim_ttl_s,
-               "claim_batch": 50},
+           max_in_flight: int = 100) -> DrainTrigger:
+    return DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
+        worker_id="drain-under-test",
+        settings={"claim_ttl_s": claim_ttl_s, "claim_batch": 50,
+                  "max_in_flight": max_in_flight, "backoff_s": 0.05},
         router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + seconds, max_in_flight=max_in_flight, retry_backoff_s=0.05)
+        deadline=time.time() + seconds)
 
 
-async def _event(trigger: SolveTrigger, within_s: float) -> dict[str, Any]:
+async def _event(trigger: DrainTrigger, within_s: float) -> dict[str, Any]:
     return (await asyncio.wait_for(anext(trigger.run()), within_s)).payload
 
 

@@ -27,9 +27,10 @@ with DAG(
     SolveTaskOperator.partial(
         task_id="solve",
         store_schema=os.environ.get("LLMR_SMOKE_STORE_SCHEMA", "llm_router_smoke"),
-        max_in_flight=50,
-        time_budget_s=120.0,
-        claim_ttl_s=300.0,
         deferrable=True,
         retries=0,
-    ).expand(chunk_size=CHUNK_SIZES)
+    ).expand(settings=[
+        {"max_in_flight": 50, "time_budget_s": 120.0, "claim_ttl_s": 300.0,
+         "claim_batch": claim_batch}
+        for claim_batch in CHUNK_SIZES
+    ])

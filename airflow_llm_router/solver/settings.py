@@ -1,0 +1,105 @@
+"""The settings of a solver: one typed object from the DAG to the solver, one name each.
+
+A DAG author gives a :class:`SolveSettings` (prompts given directly) or a
+:class:`DrainSettings` (draining the task store), as an object or as a plain dict (which may
+hold Jinja templates: the operators validate after rendering). The operator hands it to its
+trigger as ``model_dump()``, the trigger validates it again in the triggerer and gives the
+object to the solver. Nothing on the way renames a setting or supplies its own default: the
+defaults live here alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["DrainSettings", "SolveSettings", "parse_settings"]
+
+
+class SolveSettings(BaseModel):
+    """How prompts are solved.
+
+    :param max_in_flight: prompts being admitted or called at once by one solver.
+    :param time_budget_s: no new call starts after this long (prompts not admitted by then
+        come back ``unfinished``; a drain's tasks return to the backlog).
+    :param max_errors: calls ending in 5xx/timeout before a prompt is given up.
+    :param max_rate_limited: 429s before a prompt is given up.
+    :param backoff_s: first pause after a 5xx/timeout; doubles with each one, with jitter.
+    :param batch_size: above 1, prompts admitted on the same model within ``batch_wait_s``
+        go to the backend together in one ``POST /batch`` (up to this many), each under its
+        own lease. Off by default: a batch answers with its slowest prompt.
+    :param batch_wait_s: how long an admitted prompt may wait for batch companions.
+    :param max_output_tokens: sent to the backend as each call's output cap (None: the
+        backend's own default).
+    :param redis_outage_s: how long the solver rides out a Redis outage (retrying with
+        backoff) before it gives up and ends with the error.
+    :param progress_every_s: how often progress is logged.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_in_flight: int = Field(100, ge=1)
+    time_budget_s: float = Field(1500.0, gt=0)
+    max_errors: int = Field(3, ge=1)
+    max_rate_limited: int = Field(20, ge=1)
+    backoff_s: float = Field(1.0, ge=0)
+    batch_size: int = Field(1, ge=1)
+    batch_wait_s: float = Field(0.02, ge=0)
+    max_output_tokens: int | None = Field(None, ge=1)
+    redis_outage_s: float = Field(180.0, ge=0)
+    progress_every_s: float = Field(10.0, gt=0)
+
+
+class DrainSettings(SolveSettings):
+    """How the task store is drained (and how each task's prompt is solved).
+
+    :param claim_batch: the most tasks claimed in one statement (claims happen as slots free).
+    :param claim_ttl_s: claims are extended every third of this while their task is in
+        progress; a claim not extended (its triggerer died) expires and the task returns to
+        the backlog.
+    :param linger_s: once the backlog is empty, wait this long (woken by the store's enqueue
+        notifications) for new tasks before ending; each arrival restarts the wait.
+        0: end at once.
+    :param flush_every_s: how often buffered answers are written.
+    """
+
+    claim_batch: int = Field(100, ge=1)
+    claim_ttl_s: float = Field(120.0, gt=0)
+    linger_s: float = Field(0.0, ge=0)
+    flush_every_s: float = Field(0.2, gt=0)
+
+
+S = TypeVar("S", bound=SolveSettings)
+
+
+def parse_settings(kind: type[S], value: object) -> S:
+    """``value`` as a ``kind``, or a ``ValueError`` naming each wrong field and the fix.
+
+    :raises ValueError: e.g. ``settings.max_in_flight: 0 is wrong: Input should be greater
+        than or equal to 1``.
+    """
+    if isinstance(value, kind):
+        return value
+    if value is None:
+        return kind()
+    if isinstance(value, SolveSettings):
+        value = value.model_dump(exclude_unset=True)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"settings: give a {kind.__name__} or a dict of its fields, "
+                         f"not {type(value).__name__}")
+    try:
+        return kind.model_validate(dict(value))
+    except ValidationError as err:
+        problems = []
+        for error in err.errors():
+            field = ".".join(str(p) for p in error["loc"])
+            if error["type"] == "extra_forbidden":
+                known = ", ".join(kind.model_fields)
+                problems.append(f"settings.{field}: not a setting of {kind.__name__} "
+                                f"(known: {known})")
+            else:
+                problems.append(f"settings.{field}: {error.get('input')!r} is wrong: "
+                                f"{error['msg']}")
+        raise ValueError("; ".join(problems)) from None
