@@ -9,18 +9,13 @@ thread; threads that claim in parallel each make their own store (claims never c
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from types import TracebackType
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from airflow_llm_router.exceptions import TaskStoreError
-from airflow_llm_router.pg import TableNames, dsn_from_connection, migrate
 from airflow_llm_router.store import checks, models
+from airflow_llm_router.store.connection import StoreConnection
 from airflow_llm_router.store.models import (
     STATUSES,
     ClaimedTask,
@@ -29,14 +24,7 @@ from airflow_llm_router.store.models import (
     TaskResult,
     TaskRow,
 )
-from airflow_llm_router.store.queries import Queries
-from airflow_llm_router.store.task_schema import MIGRATIONS
-from airflow_llm_router.store.validation import (
-    DEFAULT_MAX_PROMPT_CHARS,
-    validate_enqueue,
-    validate_max_prompt_chars,
-)
-from airflow_llm_router.store.watch import BacklogWatch
+from airflow_llm_router.store.validation import validate_enqueue
 
 log = logging.getLogger(__name__)
 
@@ -44,118 +32,11 @@ log = logging.getLogger(__name__)
 #: returns at least ``n``. More are returned by the next call.
 RECLAIM_BATCH = 1000
 
-class TaskStore:
-    """The backlog of LLM tasks in ``<schema>.<table>``.
 
-    :param dsn: a libpq connection string or ``postgresql://`` URI. Never logged.
-    :param schema: schema holding the tasks table and ``schema_version``; lower-case
-        identifier, created by :meth:`migrate`.
-    :param table: name of the tasks table; lower-case identifier.
-    :param max_prompt_chars: longest prompt :meth:`enqueue` accepts, in characters.
-    :raises TaskValidationError: if ``schema`` or ``table`` is not a safe identifier.
-    """
-
-    def __init__(self, dsn: str, *, schema: str = "llm_router", table: str = "tasks",
-                 max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> None:
-        self._names = TableNames(schema=schema, table=table)
-        self.max_prompt_chars = validate_max_prompt_chars(max_prompt_chars)
-        self._queries = Queries.build(self._names)
-        self._dsn = dsn
-        self._conn: psycopg.Connection[Any] | None = None
-
-    @classmethod
-    def from_conn_id(cls, postgres_conn_id: str = "postgres_default", **kw: Any) -> TaskStore:
-        """Build a store from an Airflow Postgres connection.
-
-        :param postgres_conn_id: the Airflow connection id.
-        :param kw: ``schema`` and ``table``, passed to the constructor.
-        """
-        from airflow.sdk import BaseHook
-
-        return cls(cls.dsn_from_connection(BaseHook.get_connection(postgres_conn_id)), **kw)
-
-    #: A libpq DSN from an Airflow connection (see ``pg.dsn_from_connection``).
-    dsn_from_connection = staticmethod(dsn_from_connection)
-
-    # --- identity and connection ----------------------------------------------------------
-
-    @property
-    def schema(self) -> str:
-        return self._names.schema
-
-    @property
-    def table(self) -> str:
-        return self._names.table
-
-    @property
-    def notify_channel(self) -> str:
-        """The channel :meth:`enqueue` notifies (payload: number of new tasks); LISTEN on it."""
-        return self._names.notify_channel
-
-    def watch(self) -> BacklogWatch:
-        """A :class:`BacklogWatch` of this store (``async with store.watch() as w``): its
-        backlog and the arrival of new tasks, for async code, on a connection of its own."""
-        return BacklogWatch(self._dsn, schema=self.schema, table=self.table)
-
-    def __repr__(self) -> str:
-        return f"TaskStore(schema={self.schema!r}, table={self.table!r})"
-
-    def __enter__(self) -> TaskStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connection; the store reconnects if used again."""
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            conn.close()
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            params = conninfo_to_dict(self._dsn)
-            params.setdefault("application_name", "airflow-llm-router")
-            params.setdefault("connect_timeout", 10)
-            try:
-                self._conn = psycopg.connect(make_conninfo("", **params), autocommit=False)
-            except psycopg.OperationalError as err:
-                raise TaskStoreError(f"cannot connect to the task store: {err}") from err
-        return self._conn
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """One short transaction; database errors come out as :class:`TaskStoreError`."""
-        conn = self._connection()
-        try:
-            with conn.transaction():
-                yield conn
-        except pg_errors.UndefinedTable as err:
-            raise TaskStoreError(
-                f"table {self.schema}.{self.table} does not exist; "
-                "call TaskStore.migrate() once before using the store"
-            ) from err
-        except psycopg.OperationalError as err:
-            if conn.broken or conn.closed:
-                self._conn = None
-            raise TaskStoreError(f"task store connection failed: {err}") from err
-
-    # --- schema ---------------------------------------------------------------------------
-
-    def migrate(self) -> int:
-        """Create or upgrade the schema; idempotent and safe to run concurrently.
-
-        :return: the schema version now in place.
-        """
-        try:
-            return migrate(self._connection(), self._names, MIGRATIONS)
-        except psycopg.OperationalError as err:
-            raise TaskStoreError(f"task store migration failed: {err}") from err
+class TaskStore(StoreConnection):
+    """The backlog of LLM tasks in ``<schema>.<table>``; constructed as
+    :class:`~airflow_llm_router.store.connection.StoreConnection` (``TaskStore(dsn,
+    schema=..., table=...)`` or :meth:`from_conn_id`)."""
 
     # --- writes by producers ----------------------------------------------------------------
 
