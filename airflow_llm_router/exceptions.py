@@ -52,3 +52,13 @@ class QuotaNotFoundError(QuotaStoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ConnectionConfigError(RouterError, ValueError):
+    """An Airflow connection of the provider holds a value it cannot use; the message names
+    the connection, the field and the fix (never the connection's secrets)."""
+
+    def __init__(self, conn_id: str, field: str, message: str) -> None:
+        super().__init__(f"connection {conn_id!r}: {field}: {message}")
+        self.conn_id = conn_id
+        self.field = field

@@ -6,8 +6,10 @@ from typing import Any
 
 import httpx
 from airflow.sdk import BaseHook
+from pydantic import BaseModel, ValidationError
 
 from airflow_llm_router.backend import BackendConfig, BackendFields
+from airflow_llm_router.exceptions import ConnectionConfigError
 
 __all__ = ["ModelsBackendHook", "backend_config"]
 
@@ -26,13 +28,40 @@ def backend_config(conn: Any) -> BackendConfig:
         scheme = conn.schema or "http"
         base_url = f"{scheme}://{host}" + (f":{conn.port}" if conn.port else "")
     extra = dict(conn.extra_dejson)
-    headers = dict(extra.pop("headers", {}) or {})
+    conn_id = str(getattr(conn, "conn_id", None) or "models_backend")
+    headers = extra.pop("headers", {}) or {}
+    if not isinstance(headers, dict):
+        raise ConnectionConfigError(conn_id, "extra.headers", "give a JSON object of "
+                                    "header names to values")
+    headers = {str(k): str(v) for k, v in headers.items()}
     if conn.password:
         headers.setdefault("Authorization", f"Bearer {conn.password}")
     known = {k: extra[k] for k in ("single_path", "batch_path", "timeout_s") if k in extra}
-    fields = BackendFields(**(extra.get("fields") or {}))
-    return BackendConfig(base_url=base_url.rstrip("/"), headers=headers, fields=fields,
-                         **known)
+    names = extra.get("fields") or {}
+    if not isinstance(names, dict):
+        raise ConnectionConfigError(conn_id, "extra.fields", "give a JSON object mapping "
+                                    f"field names ({', '.join(BackendFields.model_fields)})")
+    try:
+        fields = BackendFields(**names)
+    except ValidationError as err:
+        raise _config_error(conn_id, "extra.fields", err, BackendFields) from None
+    try:
+        return BackendConfig(base_url=base_url.rstrip("/"), headers=headers, fields=fields,
+                             **known)
+    except ValidationError as err:
+        raise _config_error(conn_id, "extra", err, BackendConfig) from None
+
+
+def _config_error(conn_id: str, where: str, err: ValidationError,
+                  model: type[BaseModel]) -> ConnectionConfigError:
+    """The first problem of ``err`` as the field and the fix (never the value: a header
+    may hold a secret)."""
+    first = err.errors()[0]
+    field = ".".join([where, *(str(p) for p in first["loc"])])
+    if first["type"] == "extra_forbidden":
+        return ConnectionConfigError(conn_id, field, "unknown; known: "
+                                     + ", ".join(model.model_fields))
+    return ConnectionConfigError(conn_id, field, first["msg"])
 
 
 class ModelsBackendHook(BaseHook):

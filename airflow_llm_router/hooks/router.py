@@ -9,10 +9,12 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 from airflow.sdk import BaseHook
+from pydantic import ValidationError
 
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.restore import QuotaSource
 from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.quotas.config import QuotaConfig
 
 __all__ = ["RouterHook", "redis_kwargs", "router_settings"]
@@ -37,11 +39,12 @@ def redis_kwargs(conn: Any) -> dict[str, Any]:
         password = None
     kwargs: dict[str, Any] = {
         "host": conn.host or "127.0.0.1",
-        "port": int(conn.port or 6379),
+        "port": _number(conn, "port", conn.port or 6379, int),
         "username": conn.login or None,
         "password": password,
-        "db": int(extra.get("db", 0)),
-        "socket_timeout": float(extra.get("socket_timeout", SOCKET_TIMEOUT_S)),
+        "db": _number(conn, "extra.db", extra.get("db", 0), int),
+        "socket_timeout": _number(conn, "extra.socket_timeout",
+                                  extra.get("socket_timeout", SOCKET_TIMEOUT_S), float),
         "socket_connect_timeout": 10.0,
     }
     kwargs.update({k: extra[k] for k in _SSL_FIELDS if k in extra})
@@ -54,7 +57,32 @@ def router_settings(conn: Any, overrides: dict[str, Any]) -> RouterSettings:
     extra = conn.extra_dejson
     fields = {k: extra[k] for k in RouterSettings.model_fields if k in extra}
     fields.update({k: v for k, v in overrides.items() if v is not None})
-    return RouterSettings(**fields)
+    try:
+        return RouterSettings(**fields)
+    except ValidationError as err:
+        first = err.errors()[0]
+        name = ".".join(str(p) for p in first["loc"])
+        raise ConnectionConfigError(_conn_id(conn), f"extra.{name}",
+                                    f"{first.get('input')!r} is wrong: {first['msg']}") from None
+
+
+def _conn_id(conn: Any) -> str:
+    return str(getattr(conn, "conn_id", None) or "llm_router")
+
+
+_KINDS = {int: "whole number", float: "number"}
+
+
+def _number(conn: Any, field: str, value: Any, kind: type[int] | type[float]) -> Any:
+    """``value`` as a non-negative ``kind``, or an error naming the connection's field."""
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = -1
+    if number < 0:
+        raise ConnectionConfigError(_conn_id(conn), field,
+                                    f"{value!r} is not a {_KINDS[kind]} >= 0")
+    return number
 
 
 class RouterHook(BaseHook):

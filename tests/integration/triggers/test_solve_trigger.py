@@ -22,7 +22,7 @@ def _items(n: int, tag: str = "t") -> list[dict]:
 def _trigger(items: list[dict], seconds: float = 60) -> SolveTrigger:
     return SolveTrigger(items=items, router_conn_id="llm_router_default",
                         backend_conn_id="models_backend_default", deadline=time.time() + seconds,
-                        max_in_flight=200, retry_backoff_s=0.05)
+                        settings={"max_in_flight": 200, "backoff_s": 0.05})
 
 
 async def _event(trigger: SolveTrigger) -> dict:
@@ -112,7 +112,7 @@ async def test_micro_batches_go_to_batch_endpoint(
     with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
         set_quotas_from(router, profile)
         trigger = _trigger(_items(60))
-        trigger.batch_size = 5
+        trigger.settings = {**trigger.settings, "batch_size": 5}
         event = await _event(trigger)
         stats = httpx.get(sim.url + "/stats").json()
     assert all(r["status"] == "solved" and r["answer"] for r in event["results"])
