@@ -14,6 +14,9 @@ these prompts on that model, every prompt allowed on every model, plus one call'
 
     python bench/fan_out.py               # writes its section of docs/benchmarks.md
     python bench/fan_out.py --quick --no-write
+
+Longer than most modules: a self-contained benchmark script (set-up, the runs, the table);
+it shares nothing with the other benchmarks but ``bench/common.py``.
 """
 
 from __future__ import annotations

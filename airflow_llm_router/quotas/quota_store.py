@@ -8,6 +8,10 @@ advisory lock per quota table serialises changes, so Redis sees them in commit o
 
 Each call opens its own short-lived connection: the store is used from the API server's
 thread pool and from the CLI, where calls are rare and must not share a connection.
+
+Longer than most modules (about 300 lines) because every change is one transaction that
+writes the quota, its audit row and the Redis copy together; splitting the writes from the
+transaction would spread that one promise over two files.
 """
 
 from __future__ import annotations

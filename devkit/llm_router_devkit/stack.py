@@ -7,6 +7,9 @@ blindly. Facts it relies on (Airflow 3.3): components start further ``airflow`` 
 the venv's ``bin`` must be on PATH; LocalExecutor workers ignore SIGTERM, so the whole stack
 runs in one new process group and is stopped with one signal to the group; workers call the
 execution API at ``[api] base_url``, so host, port and base URL are set together.
+
+Longer than most modules: starting, health-checking and stopping four Airflow processes
+(with their logs, ports and clean-up on every exit path) is one lifecycle, kept in one place.
 """
 
 from __future__ import annotations
