@@ -103,9 +103,10 @@ class Totals:
     counts: Mapping[str, int]  # per store status
     makespan_s: float  # first call at the backend -> last answer written
     dag_run_s: float  # dag.test() start -> end, Airflow's own start-up included
-    bound: Bound
+    bound: Bound  # the fluid approximation (mean costs): not a lower bound
     time_scale: float
     window_s: float
+    yardstick: Yardstick | None = None
 
     @property
     def left(self) -> int:
@@ -118,10 +119,26 @@ class Totals:
 
     @property
     def of_bound(self) -> float:
-        """Bound makespan over achieved makespan: 1.0 would be as fast as the quotas allow."""
+        """Fluid approximation over achieved makespan (not a bound: a run may exceed 1.0)."""
         if self.makespan_s <= 0 or self.left:
             return 0.0
         return self.bound.makespan_s / self.makespan_s
+
+    def speed_of(self, makespan_s: float) -> float:
+        """``makespan_s`` over this run's makespan: the run's speed as a share of a
+        schedule taking ``makespan_s`` (0 if the run did not finish)."""
+        if self.makespan_s <= 0 or self.left:
+            return 0.0
+        return makespan_s / self.makespan_s
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """The workload's LP lower bound and clairvoyant reference makespan (seconds)."""
+
+    lp_bound_s: float
+    reference_s: float
+    seconds: float  # time taken to compute both
 
 
 def _n(value: float | None, digits: int = 0) -> str:
@@ -188,12 +205,31 @@ def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
         "written in the store)",
         f"DAG run wall time: {totals.dag_run_s:.1f} s (includes Airflow's start-up)",
         f"throughput: {totals.throughput:.1f} tasks/s",
-        f"capacity bound: {b.makespan_s:.1f} s = fluid {b.fluid_s:.1f} s + one call "
-        f"{b.latency_s:.1f} s; set by the tasks allowing [{binding}]",
-        f"  -> this run took {totals.of_bound:.0%} of the bound's speed "
-        "(bound makespan / makespan)",
-        "bound inputs: R_m = min(rpm/W, tpm/(W*t), max_concurrency/L) per model (column R_m),",
-        "  W the window, t and L the mean tokens and latency of these prompts on that model",
+        *_yardstick_lines(totals),
+        f"fluid approximation (mean costs; not a lower bound): {b.makespan_s:.1f} s = fluid "
+        f"{b.fluid_s:.1f} s + one call {b.latency_s:.1f} s; set by the tasks allowing "
+        f"[{binding}]; this run at {totals.of_bound:.0%} of it",
+        "  R_m = min(rpm/W, tpm/(W*t), max_concurrency/L) per model (column R_m), W the",
+        "  window, t and L the mean tokens and latency of these prompts on that model",
         "  (simulator draws); preference lists by Hall's condition (fluid max-flow).",
     ]
     return "\n".join(lines)
+
+
+def _yardstick_lines(totals: Totals) -> list[str]:
+    y = totals.yardstick
+    if y is None:
+        return []
+    lines = [
+        f"LP lower bound: {y.lp_bound_s:.1f} s (no schedule of these prompts can finish "
+        "sooner: each prompt's own cost, windows counted step by step)",
+        f"reference schedule: {y.reference_s:.1f} s (clairvoyant and achievable: the best "
+        "makespan lies between the two)",
+        f"  -> this run: {totals.speed_of(y.reference_s):.0%} of the reference's speed, "
+        f"{totals.speed_of(y.lp_bound_s):.0%} of the LP bound's (computed in "
+        f"{y.seconds:.1f} s)",
+    ]
+    if totals.makespan_s and not totals.left and totals.makespan_s < y.lp_bound_s:
+        lines.append("  BUG: this run beat the LP lower bound, so the bound is wrong; "
+                     "please report it")
+    return lines

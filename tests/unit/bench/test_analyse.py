@@ -37,5 +37,5 @@ def test_a_run_cut_short_is_judged_on_a_lower_bound_of_its_makespan() -> None:
                                   rejected_429=3)])
     lines = table.splitlines()
     assert "0.180 at most" in lines[2] and lines[2].endswith("| met |")
-    assert lines[3].startswith("| W1: router >= 95 % of the bound | 50% | **missed**")
+    assert lines[3].startswith("| W1: router >= 95 % of the fluid approximation | 50% | **missed**")
     assert lines[4].endswith("| 3 | **missed** |")

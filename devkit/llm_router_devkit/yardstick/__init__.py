@@ -1,0 +1,19 @@
+"""The yardstick a drain is measured against (DESIGN.md, "How we measure").
+
+Two numbers bracket the best possible makespan of a workload under the quotas:
+
+- :func:`~llm_router_devkit.yardstick.lp_bound.lp_bound`: a **lower bound** (no schedule
+  can finish sooner), from a linear relaxation that counts every prompt's own cost on each
+  model and the sliding windows step by step;
+- :func:`~llm_router_devkit.yardstick.reference.reference_schedule`: an **achievable**
+  schedule that knows each prompt's cost in advance and obeys the same limits exactly.
+
+A run faster than the LP bound means the bound is wrong (a bug to fix, not a result).
+"""
+
+from llm_router_devkit.yardstick.instance import Instance, Limits, instance_from_profile
+from llm_router_devkit.yardstick.lp_bound import LPBound, lp_bound
+from llm_router_devkit.yardstick.reference import Schedule, check_schedule, reference_schedule
+
+__all__ = ["Instance", "LPBound", "Limits", "Schedule", "check_schedule",
+           "instance_from_profile", "lp_bound", "reference_schedule"]

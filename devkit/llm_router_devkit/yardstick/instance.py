@@ -1,0 +1,102 @@
+"""A scheduling instance: each prompt's own cost on each model it allows, and the limits.
+
+Built from the simulator's deterministic draws (:func:`instance_from_profile`), so the
+instance is exactly what the simulator would charge whichever design sends the prompts.
+Times are wall-clock seconds from the first possible call (time 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from llm_router_devkit.simulator.profile import SimulatorProfile
+from llm_router_devkit.simulator.workload import draw
+
+__all__ = ["Instance", "Limits", "instance_from_profile"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One model's limits over a sliding window of ``window_s`` (None: no limit)."""
+
+    window_s: float
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """Prompts ``0..n-1``; ``cost[i][m] = (tokens, latency_s)`` for each allowed model m.
+
+    :param limits: each model's limits from time 0.
+    :param change_at_s: when ``limits_after`` replace ``limits`` (None: never).
+    :param arrivals_s: when each prompt may first be sent (empty: all at time 0).
+    """
+
+    cost: tuple[Mapping[str, tuple[int, float]], ...]
+    limits: Mapping[str, Limits]
+    limits_after: Mapping[str, Limits] = field(default_factory=dict)
+    change_at_s: float | None = None
+    arrivals_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.arrivals_s and len(self.arrivals_s) != len(self.cost):
+            raise ValueError("arrivals_s: give one arrival per prompt, or none")
+        for i, options in enumerate(self.cost):
+            if not options:
+                raise ValueError(f"prompt {i} allows no model of the instance")
+            unknown = set(options) - set(self.limits)
+            if unknown:
+                raise ValueError(f"prompt {i} allows models without limits: {sorted(unknown)}")
+
+    @property
+    def size(self) -> int:
+        return len(self.cost)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self.limits)
+
+    def arrival(self, i: int) -> float:
+        return self.arrivals_s[i] if self.arrivals_s else 0.0
+
+    def limits_at(self, model: str, t: float) -> Limits:
+        """The limits in force on ``model`` at time ``t``."""
+        if self.change_at_s is not None and t >= self.change_at_s and model in self.limits_after:
+            return self.limits_after[model]
+        return self.limits[model]
+
+
+def instance_from_profile(
+    profile: SimulatorProfile,
+    prompts: Sequence[str],
+    allowed: Sequence[Sequence[str] | None] | None = None,
+    *,
+    arrivals_s: Sequence[float] = (),
+    limits_after: Mapping[str, Limits] | None = None,
+    change_at_s: float | None = None,
+    max_output_tokens: int | None = None,
+) -> Instance:
+    """The instance the simulator makes of these prompts: each prompt's tokens (input +
+    drawn output) and wall-clock latency (``latency * slowdown / time_scale``) on each
+    model it allows (``allowed[i]``; None: every model), and the profile's limits over its
+    scaled window."""
+    scale = profile.slowdown / profile.time_scale
+    window = profile.scaled_window_s
+    limits = {m.name: Limits(window, m.rpm, m.tpm, m.max_concurrency) for m in profile.models}
+    by_name = {m.name: m for m in profile.models}
+    cost = []
+    for i, prompt in enumerate(prompts):
+        names = (allowed[i] if allowed is not None else None) or tuple(by_name)
+        options = {}
+        for name in names:
+            model = by_name.get(name)
+            if model is None:
+                continue
+            d = draw(profile, model, prompt, max_output_tokens)
+            options[name] = (d.total_tokens, d.latency_s * scale)
+        cost.append(options)
+    return Instance(cost=tuple(cost), limits=limits, limits_after=dict(limits_after or {}),
+                    change_at_s=change_at_s, arrivals_s=tuple(arrivals_s))

@@ -1,0 +1,228 @@
+"""The exact-window LP lower bound on a workload's makespan.
+
+For a makespan T, let ``x[i,m,k] >= 0`` be the share of prompt i sent to model m during the
+k-th window interval ``[kW, (k+1)W)`` (a relaxation of the real choice, which is one model
+and one moment), with ``sum_{m,k} x[i,m,k] = 1``. Every schedule that ends by T gives such
+an x satisfying the constraints below, so if the LP has no solution, no schedule ends by T:
+the largest such T (found by bisection) is a lower bound.
+
+Why each constraint holds for any schedule ending by T (a call of i on m takes ``L[i,m]``
+and is charged ``c[i,m]`` tokens; ``a[i]`` is when i may first be sent):
+
+- **Deadlines and arrivals.** A call sent in interval k is sent at or after
+  ``max(kW, a[i])`` and ends by T: ``x[i,m,k] = 0`` unless ``max(kW, a[i]) + L[i,m] <= T``
+  and ``a[i] < (k+1)W``.
+- **Sliding windows, step by step.** A limit of r calls per window W means no window
+  ``(t-W, t]`` holds more than r sends. The half-open interval ``[kW, (k+1)W)`` lies in
+  such a window (take t just below (k+1)W, past its last send), so it holds at most r
+  sends: ``sum_i x[i,m,k] <= r`` (with a limit that changes inside the interval, the larger
+  one). Tokens likewise, each call weighing its own ``c[i,m]``. So a full window's worth
+  may go at once (the first-window burst), but not more.
+- **Concurrency.** Calls on m sent at or after kW run inside ``[kW, T]`` on at most C
+  slots: ``sum_{i, k' >= k} x[i,m,k'] L[i,m] <= C (T - kW)`` for every k.
+
+Also ``T >= a[i] + min_m L[i,m]`` for every prompt. The LPs are sparse (the concurrency sums
+are chains of running totals) and solved by HiGHS (``scipy.optimize.linprog``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from llm_router_devkit.yardstick.instance import Instance
+
+__all__ = ["LPBound", "lp_bound"]
+
+@dataclass(frozen=True)
+class LPBound:
+    """The bound and how it was found.
+
+    :param makespan_s: no schedule finishes the workload sooner (seconds from time 0).
+    :param trivial_s: the largest ``a[i] + min_m L[i,m]`` (the bound without the limits).
+    :param feasible_s: the smallest T at which the relaxation was feasible (the bisection's
+        upper end; the true bound lies in ``[makespan_s, feasible_s]``).
+    :param solves: LPs solved; ``seconds``: time taken.
+    :param plan: the relaxation's shares at ``feasible_s``: ``plan[i] = {model: share}``
+        (a good hint of where each prompt should go; the reference schedule tries it).
+    """
+
+    makespan_s: float
+    trivial_s: float
+    feasible_s: float
+    solves: int
+    seconds: float
+    plan: tuple[dict[str, float], ...] = ()
+
+
+def lp_bound(instance: Instance, *, rel_tol: float = 0.002) -> LPBound:
+    """Bisect on T for the largest makespan the LP proves impossible.
+
+    :param rel_tol: stop when the bracket is narrower than this fraction of T.
+    """
+    started = time.monotonic()
+    trivial = max(instance.arrival(i) + min(lat for _, lat in options.values())
+                  for i, options in enumerate(instance.cost))
+    solves = 1
+    plan = _solve(instance, trivial)
+    if plan is not None:
+        return LPBound(trivial, trivial, trivial, solves, time.monotonic() - started, plan)
+    lo, hi = trivial, max(2 * trivial, trivial + _window(instance))
+    while (plan := _solve(instance, hi)) is None:
+        solves += 1
+        lo, hi = hi, 2 * hi
+    solves += 1
+    while hi - lo > rel_tol * hi:
+        mid = (lo + hi) / 2
+        solves += 1
+        found = _solve(instance, mid)
+        if found is not None:
+            hi, plan = mid, found
+        else:
+            lo = mid
+    return LPBound(lo, trivial, hi, solves, time.monotonic() - started, plan)
+
+
+def _window(instance: Instance) -> float:
+    return max(lim.window_s for lim in instance.limits.values())
+
+
+def _cap(instance: Instance, model: str, field: str, k: int) -> float:
+    """What window interval ``[kW, (k+1)W)`` may hold of ``field`` on ``model`` (the larger
+    of the limits in force during it; inf if unlimited)."""
+    w = instance.limits[model].window_s
+    lo, hi = k * w, (k + 1) * w
+    values: list[int | None] = [getattr(instance.limits_at(model, lo), field)]
+    c = instance.change_at_s
+    if c is not None and lo < c < hi:
+        values.append(getattr(instance.limits_at(model, c), field))
+    if any(v is None for v in values):
+        return math.inf
+    return float(max(v for v in values if v is not None))
+
+
+def _slots(instance: Instance, model: str) -> int | None:
+    """The most calls ``model`` may have in flight at any time (None: unlimited)."""
+    values = [instance.limits[model].max_concurrency]
+    if model in instance.limits_after:
+        values.append(instance.limits_after[model].max_concurrency)
+    return None if any(v is None for v in values) else max(v for v in values if v is not None)
+
+
+@dataclass
+class _Vars:
+    """The LP's columns: one per (prompt, model, window interval) that can end by T."""
+
+    prompt: list[int]
+    model: list[str]
+    window: list[int]
+    tokens: list[int]
+    latency: list[float]
+
+    @classmethod
+    def of(cls, instance: Instance, T: float) -> _Vars | None:
+        v = cls([], [], [], [], [])
+        for i, options in enumerate(instance.cost):
+            a = instance.arrival(i)
+            before = len(v.prompt)
+            for m, (c, lat) in options.items():
+                w = instance.limits[m].window_s
+                k = int(a // w)
+                while max(k * w, a) + lat <= T:
+                    v.prompt.append(i)
+                    v.model.append(m)
+                    v.window.append(k)
+                    v.tokens.append(c)
+                    v.latency.append(lat)
+                    k += 1
+            if len(v.prompt) == before:
+                return None
+        return v
+
+
+class _Matrix:
+    """A sparse matrix built row by row, with its right-hand sides."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.rhs: list[float] = []
+
+    def add(self, cols: list[int], vals: list[float], rhs: float) -> None:
+        self.rows.extend([len(self.rhs)] * len(cols))
+        self.cols.extend(cols)
+        self.vals.extend(vals)
+        self.rhs.append(rhs)
+
+    def sparse(self, width: int) -> Any:
+        return coo_matrix((self.vals, (self.rows, self.cols)),
+                          shape=(len(self.rhs), width)).tocsr()
+
+
+def _concurrency_chains(instance: Instance, v: _Vars, T: float, eq: _Matrix,
+                        bounds: list[tuple[float, float | None]],
+                        groups: dict[tuple[str, int], list[int]]) -> None:
+    """Per model, running totals ``A_k = A_{k+1} + sum(latency of sends in interval k)``
+    capped at ``C (T - kW)``: the concurrency constraints, one short row each."""
+    for m in instance.models:
+        slots = _slots(instance, m)
+        windows = [k for (mm, k) in groups if mm == m]
+        if slots is None or not windows:
+            continue
+        w, top, first = instance.limits[m].window_s, max(windows), len(bounds)
+        bounds.extend((0.0, slots * max(T - k * w, 0.0)) for k in range(top + 1))
+        for k in range(top + 1):
+            members = groups.get((m, k), [])
+            cols = [*members, first + k, *([first + k + 1] if k < top else [])]
+            vals = [*(v.latency[c] for c in members), -1.0, *([1.0] if k < top else [])]
+            eq.add(cols, vals, 0.0)
+
+
+def _window_rows(instance: Instance, v: _Vars, ub: _Matrix,
+                 groups: dict[tuple[str, int], list[int]]) -> None:
+    """At most a window's limit of sends (and of tokens) in each interval, per model."""
+    for (m, k), members in groups.items():
+        for field in ("rpm", "tpm"):
+            cap = _cap(instance, m, field, k)
+            if not math.isinf(cap):
+                weights = [float(v.tokens[c]) if field == "tpm" else 1.0 for c in members]
+                ub.add(members, weights, cap)
+
+
+def _solve(instance: Instance, T: float) -> tuple[dict[str, float], ...] | None:
+    """The relaxation's shares per prompt and model if it is feasible at makespan T."""
+    v = _Vars.of(instance, T)
+    if v is None:
+        return None
+    n = len(v.prompt)
+    bounds: list[tuple[float, float | None]] = [(0.0, None)] * n
+    eq, ub = _Matrix(), _Matrix()
+    by_prompt: dict[int, list[int]] = {}
+    groups: dict[tuple[str, int], list[int]] = {}
+    for col, i in enumerate(v.prompt):
+        by_prompt.setdefault(i, []).append(col)
+        groups.setdefault((v.model[col], v.window[col]), []).append(col)
+    for members in by_prompt.values():  # each prompt sent in full
+        eq.add(members, [1.0] * len(members), 1.0)
+    _concurrency_chains(instance, v, T, eq, bounds, groups)
+    _window_rows(instance, v, ub, groups)
+    width = len(bounds)
+    result = linprog(np.zeros(width), A_ub=ub.sparse(width) if ub.rhs else None,
+                     b_ub=np.array(ub.rhs) if ub.rhs else None, A_eq=eq.sparse(width),
+                     b_eq=np.array(eq.rhs), bounds=bounds, method="highs")
+    if result.status == 2:  # infeasible
+        return None
+    if result.status != 0:
+        raise RuntimeError(f"the LP solver failed at T={T:.3f}: {result.message}")
+    plan: list[dict[str, float]] = [{} for _ in instance.cost]
+    for col in np.flatnonzero(result.x[:n] > 1e-6):
+        shares = plan[v.prompt[col]]
+        shares[v.model[col]] = shares.get(v.model[col], 0.0) + float(result.x[col])
+    return tuple(plan)

@@ -1,0 +1,257 @@
+"""The clairvoyant reference schedule: achievable, so the best makespan is at most its own.
+
+An event simulation in time order. It knows every prompt's cost on every model and obeys
+the limits exactly as a strict backend counts them: at most ``rpm`` sends and ``tpm``
+tokens in any window ``(t-W, t]``, at most ``max_concurrency`` calls in flight, and the
+limits in force at each send. At each moment it takes the waiting prompts in a given order
+and sends each to the model that finishes it earliest (now, or later on a faster model if
+waiting for it finishes sooner: then the prompt waits). It tries a few orders and keeps the
+best. Sends only ever happen at the current time, so a send never invalidates an earlier
+one: every schedule it returns passes :func:`check_schedule`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from llm_router_devkit.yardstick.instance import Instance
+
+__all__ = ["Schedule", "check_schedule", "reference_schedule"]
+
+#: Waiting prompts looked at past one that chose to wait, per moment and model set.
+LOOKAHEAD = 64
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``sends[i] = (model, send time)``; ``makespan_s``: when the last call ends."""
+
+    sends: tuple[tuple[str, float], ...]
+    makespan_s: float
+    order: str
+
+
+class _Model:
+    """One model's sends in the last window and its calls in flight."""
+
+    def __init__(self, name: str, instance: Instance) -> None:
+        self.name = name
+        self.instance = instance
+        self.window: deque[tuple[float, int]] = deque()  # (send time, tokens)
+        self.tokens = 0
+        self.ends: list[float] = []  # heap of end times
+
+    def expire(self, t: float) -> None:
+        w = self.instance.limits[self.name].window_s
+        while self.window and self.window[0][0] <= t - w + _EPS:
+            self.tokens -= self.window.popleft()[1]
+        while self.ends and self.ends[0] <= t + _EPS:
+            heapq.heappop(self.ends)
+
+    def earliest(self, t: float, tokens: int) -> float:
+        """The earliest send time >= t for a call of ``tokens`` (inf if it never fits)."""
+        limits = self.instance.limits_at(self.name, t)
+        w = limits.window_s
+        s = t
+        if limits.rpm is not None and len(self.window) >= limits.rpm:
+            s = max(s, self.window[len(self.window) - limits.rpm][0] + w)
+        if limits.tpm is not None:
+            if tokens > limits.tpm:
+                return math.inf
+            excess, j = self.tokens + tokens - limits.tpm, 0
+            while excess > 0 and j < len(self.window):
+                excess -= self.window[j][1]
+                j += 1
+            if excess > 0:
+                return math.inf
+            if j:
+                s = max(s, self.window[j - 1][0] + w)
+        if limits.max_concurrency is not None and len(self.ends) >= limits.max_concurrency:
+            s = max(s, heapq.nsmallest(len(self.ends) - limits.max_concurrency + 1,
+                                       self.ends)[-1])
+        if s > t + _EPS:  # the limits in force then may differ: ask again from there
+            return s if self.instance.change_at_s is None else max(s, self._recheck(s, tokens))
+        return t
+
+    def _recheck(self, s: float, tokens: int) -> float:
+        limits = self.instance.limits_at(self.name, s)
+        if limits.tpm is not None and tokens > limits.tpm:
+            return math.inf
+        return s
+
+    def send(self, t: float, tokens: int, latency: float) -> float:
+        self.window.append((t, tokens))
+        self.tokens += tokens
+        heapq.heappush(self.ends, t + latency)
+        return t + latency
+
+    def next_change(self) -> float:
+        """When this model next frees capacity (inf if it holds none)."""
+        w = self.instance.limits[self.name].window_s
+        times = [self.window[0][0] + w] if self.window else []
+        if self.ends:
+            times.append(self.ends[0])
+        return min(times, default=math.inf)
+
+
+class _Run:
+    """One simulation: the clock, the models, who waits and who was sent where."""
+
+    def __init__(self, instance: Instance, order: Sequence[int]) -> None:
+        self.instance = instance
+        self.models = {m: _Model(m, instance) for m in instance.models}
+        self.rank = {i: r for r, i in enumerate(order)}
+        self.waiting: dict[frozenset[str], list[int]] = {}
+        self.arrivals = deque(sorted(range(instance.size),
+                                     key=lambda i: (instance.arrival(i), self.rank[i])))
+        self.sends: list[tuple[str, float] | None] = [None] * instance.size
+        self.t = self.makespan = 0.0
+        self.left = instance.size
+        self.wakes: list[float] = []
+
+    def admit_arrivals(self) -> None:
+        while self.arrivals and self.instance.arrival(self.arrivals[0]) <= self.t + _EPS:
+            i = self.arrivals.popleft()
+            group = self.waiting.setdefault(frozenset(self.instance.cost[i]), [])
+            bisect.insort(group, i, key=self.rank.__getitem__)
+
+    def best(self, i: int) -> tuple[str, float]:
+        """The model that finishes prompt i earliest, and when it could be sent there."""
+        best, when = "", math.inf
+        for name, (tokens, latency) in self.instance.cost[i].items():
+            s = self.models[name].earliest(self.t, tokens)
+            if s + latency < when:
+                best, when = name, s + latency
+        if not best:
+            raise ValueError(f"prompt {i} fits on none of its models")
+        return best, when - self.instance.cost[i][best][1]
+
+    def send_ready(self, group: list[int]) -> None:
+        """Send the prompts of ``group`` whose best model can take them now; the others wait
+        (looking at most :data:`LOOKAHEAD` waiting ones past the first)."""
+        kept: list[int] = []
+        for pos, i in enumerate(group):
+            if len(kept) >= LOOKAHEAD:
+                kept.extend(group[pos:])
+                break
+            model, send_at = self.best(i)
+            if send_at <= self.t + _EPS:
+                tokens, latency = self.instance.cost[i][model]
+                self.makespan = max(self.makespan,
+                                    self.models[model].send(self.t, tokens, latency))
+                self.sends[i] = (model, self.t)
+                self.left -= 1
+            else:
+                kept.append(i)
+                self.wakes.append(send_at)
+        group[:] = kept
+
+    def advance(self) -> None:
+        """Move the clock to the next moment something could change."""
+        nexts = [m.next_change() for m in self.models.values()]
+        if self.arrivals:
+            nexts.append(self.instance.arrival(self.arrivals[0]))
+        if self.instance.change_at_s is not None:
+            nexts.append(self.instance.change_at_s)
+        nexts.extend(self.wakes)
+        self.wakes = []
+        later = [x for x in nexts if x > self.t + _EPS]
+        if not later:
+            raise RuntimeError("the reference schedule is stuck: nothing frees capacity")
+        self.t = min(later)
+
+
+def _simulate(instance: Instance, order: Sequence[int], name: str) -> Schedule:
+    run = _Run(instance, order)
+    while True:
+        run.admit_arrivals()
+        for m in run.models.values():
+            m.expire(run.t)
+        for group in run.waiting.values():
+            run.send_ready(group)
+        if not run.left:
+            break
+        run.advance()
+    return Schedule(sends=tuple(s for s in run.sends if s is not None),
+                    makespan_s=run.makespan, order=name)
+
+
+def _orders(instance: Instance) -> dict[str, list[int]]:
+    def fastest(i: int) -> float:
+        return min(lat for _, lat in instance.cost[i].values())
+
+    n = range(instance.size)
+    return {
+        "as given": list(n),
+        "longest first": sorted(n, key=lambda i: -fastest(i)),
+        "most restricted first": sorted(n, key=lambda i: (len(instance.cost[i]), -fastest(i))),
+    }
+
+
+def reference_schedule(instance: Instance,
+                       plan: Sequence[Mapping[str, float]] = ()) -> Schedule:
+    """The best of the greedy earliest-finish schedules over a few prompt orders.
+
+    :param plan: where the LP relaxation sends each prompt (``LPBound.plan``); if given,
+        the same orders are also tried with each prompt kept to the models of its plan
+        (the plan shares scarce models out over the whole backlog, which the greedy choice,
+        deciding one prompt at a time, does not).
+    """
+    candidates = [(instance, "")]
+    if plan:
+        candidates.append((_planned(instance, plan, 0.1), ", LP plan"))
+        candidates.append((_planned(instance, plan, 1.0), ", LP plan's main model"))
+    best: Schedule | None = None
+    for inst, label in candidates:
+        for name, order in _orders(inst).items():
+            schedule = _simulate(inst, order, name + label)
+            if best is None or schedule.makespan_s < best.makespan_s:
+                best = schedule
+    assert best is not None
+    return best
+
+
+def _planned(instance: Instance, plan: Sequence[Mapping[str, float]],
+             least: float) -> Instance:
+    """``instance`` with each prompt allowed only the models its plan gives at least
+    ``least`` of it (always its largest share)."""
+    cost = []
+    for options, shares in zip(instance.cost, plan, strict=True):
+        top = max(shares.values(), default=0.0)
+        kept = {m: options[m] for m, x in shares.items()
+                if x >= min(least, top) and m in options}
+        cost.append(kept or dict(options))
+    return replace(instance, cost=tuple(cost))
+
+
+def check_schedule(instance: Instance, schedule: Schedule) -> list[str]:
+    """Every way ``schedule`` breaks the instance's limits (empty: it is valid)."""
+    problems = []
+    by_model: dict[str, list[tuple[float, int, float]]] = {}
+    for i, (model, sent) in enumerate(schedule.sends):
+        if model not in instance.cost[i]:
+            problems.append(f"prompt {i} sent to {model}, which it does not allow")
+            continue
+        if sent < instance.arrival(i) - _EPS:
+            problems.append(f"prompt {i} sent at {sent:.3f} before it arrived")
+        tokens, latency = instance.cost[i][model]
+        by_model.setdefault(model, []).append((sent, tokens, latency))
+    for model, calls in by_model.items():
+        calls.sort()
+        for k, (t, _, _) in enumerate(calls):
+            limits = instance.limits_at(model, t)
+            inside = [c for c in calls[: k + 1] if c[0] > t - limits.window_s + _EPS]
+            if limits.rpm is not None and len(inside) > limits.rpm:
+                problems.append(f"{model}: {len(inside)} sends in the window ending {t:.3f}")
+            if limits.tpm is not None and sum(c[1] for c in inside) > limits.tpm:
+                problems.append(f"{model}: over tpm in the window ending {t:.3f}")
+            flying = sum(1 for c in calls[: k + 1] if c[0] + c[2] > t + _EPS)
+            if limits.max_concurrency is not None and flying > limits.max_concurrency:
+                problems.append(f"{model}: {flying} calls in flight at {t:.3f}")
+    return problems

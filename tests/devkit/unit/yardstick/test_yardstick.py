@@ -1,0 +1,113 @@
+"""The LP lower bound and the reference schedule on hand-computed cases and random ones."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from llm_router_devkit.simulator.profile import SimulatorProfile
+from llm_router_devkit.yardstick import (
+    Instance,
+    Limits,
+    Schedule,
+    check_schedule,
+    instance_from_profile,
+    lp_bound,
+    reference_schedule,
+)
+
+
+def _one_model(latencies: list[float], **limits: int) -> Instance:
+    return Instance(cost=tuple({"m": (10, lat)} for lat in latencies),
+                    limits={"m": Limits(window_s=10.0, **limits)})
+
+
+def _both(instance: Instance) -> tuple[float, float]:
+    bound = lp_bound(instance)
+    reference = reference_schedule(instance, bound.plan)
+    assert check_schedule(instance, reference) == []
+    return bound.makespan_s, reference.makespan_s
+
+
+def test_windows_are_counted_step_by_step() -> None:
+    """rpm 2 per 10 s: 2 calls at 0, 2 at 10, 1 at 20, each 1 s: nothing beats 21 s."""
+    lp, ref = _both(_one_model([1.0] * 5, rpm=2))
+    assert ref == pytest.approx(21.0)
+    assert 21.0 * 0.99 <= lp <= 21.0
+
+
+def test_a_full_window_may_go_at_once() -> None:
+    """The first-window burst: 20 calls under rpm 20 all go at time 0 (a smoothed rate of
+    2 per second would take 10 s)."""
+    lp, ref = _both(_one_model([1.0] * 20, rpm=20))
+    assert lp == pytest.approx(1.0) and ref == pytest.approx(1.0)
+
+
+def test_concurrency_is_a_bound_on_busy_time() -> None:
+    lp, ref = _both(_one_model([1.0, 2.0, 3.0], max_concurrency=1))
+    assert ref == pytest.approx(6.0) and 6.0 * 0.99 <= lp <= 6.0
+
+
+def test_tokens_weigh_each_call() -> None:
+    instance = Instance(cost=({"m": (60, 1.0)}, {"m": (60, 1.0)}),
+                        limits={"m": Limits(window_s=10.0, tpm=100)})
+    lp, ref = _both(instance)
+    assert ref == pytest.approx(11.0) and lp >= 11.0 * 0.99
+
+
+def test_arrivals_and_a_limit_change() -> None:
+    late = Instance(cost=({"m": (1, 1.0)},), limits={"m": Limits(10.0, rpm=5)},
+                    arrivals_s=(5.0,))
+    assert _both(late)[1] == pytest.approx(6.0) and lp_bound(late).makespan_s == 6.0
+    halved = Instance(cost=tuple({"m": (1, 1.0)} for _ in range(6)),
+                      limits={"m": Limits(10.0, rpm=4)},
+                      limits_after={"m": Limits(10.0, rpm=1)}, change_at_s=10.0)
+    lp, ref = _both(halved)  # 4 in [0, 10), then one per window
+    assert ref == pytest.approx(21.0) and lp >= 21.0 * 0.99
+
+
+def test_the_reference_spreads_work_over_models() -> None:
+    instance = Instance(cost=tuple({"fast": (1, 1.0), "slow": (1, 3.0)} for _ in range(4)),
+                        limits={"fast": Limits(10.0, rpm=2), "slow": Limits(10.0, rpm=2)})
+    lp, ref = _both(instance)
+    assert ref == pytest.approx(3.0)  # two on each at once beats waiting a window
+    assert 3.0 * 0.99 <= lp <= 3.0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bound_below_reference_on_random_instances(seed: int) -> None:
+    rng = random.Random(seed)
+    models = {f"m{k}": Limits(window_s=rng.choice([2.0, 5.0]),
+                              rpm=rng.choice([None, 3, 8]),
+                              tpm=rng.choice([None, 400, 1000]),
+                              max_concurrency=rng.choice([None, 2, 4]))
+              for k in range(3)}
+    cost = []
+    for _ in range(rng.randint(5, 40)):
+        allowed = rng.sample(sorted(models), rng.randint(1, 3))
+        cost.append({m: (rng.randint(20, 300), rng.uniform(0.2, 3.0)) for m in allowed})
+    arrivals = tuple(rng.choice([0.0, 0.0, rng.uniform(0, 6)]) for _ in cost)
+    instance = Instance(cost=tuple(cost), limits=models, arrivals_s=arrivals)
+    bound = lp_bound(instance)
+    reference = reference_schedule(instance, bound.plan)
+    assert check_schedule(instance, reference) == []
+    assert bound.trivial_s <= bound.makespan_s <= reference.makespan_s + 1e-9
+
+
+def test_the_checker_finds_a_broken_schedule() -> None:
+    instance = _one_model([1.0] * 3, rpm=2, max_concurrency=2)
+    broken = Schedule(sends=(("m", 0.0), ("m", 0.0), ("m", 0.5)), makespan_s=1.5, order="x")
+    problems = check_schedule(instance, broken)
+    assert any("3 sends in the window" in p for p in problems)
+    assert any("3 calls in flight" in p for p in problems)
+
+
+def test_instance_from_the_simulator_uses_its_draws() -> None:
+    profile = SimulatorProfile.default(time_scale=10)
+    instance = instance_from_profile(profile, ["why is the sky blue?"] * 2,
+                                     [None, ("flash", "nope")])
+    assert set(instance.cost[0]) == {m.name for m in profile.models}
+    assert set(instance.cost[1]) == {"flash"}  # unknown models are dropped
+    assert instance.cost[0]["flash"] == instance.cost[1]["flash"]  # same prompt, same cost
+    assert instance.limits["flash"].window_s == profile.scaled_window_s
