@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
@@ -42,6 +44,9 @@ from airflow_llm_router.exceptions import ImpossibleRequestError, LeaseNotFoundE
 __all__ = ["AsyncDriver", "RouterAPI", "SyncDriver", "operation", "single_decision"]
 
 log = logging.getLogger(__name__)
+
+#: How often a client repeats that its quota source cannot be read.
+SOURCE_WARNING_EVERY_S = 60.0
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,6 +105,7 @@ class RouterAPI:
     core: RouterCore
     #: Where lost quotas are restored from (see :mod:`~airflow_llm_router.engine.restore`).
     quota_source: QuotaSource | None = None
+    _source_warned_at: float = -math.inf
 
     @property
     def settings(self) -> RouterSettings:
@@ -161,8 +167,12 @@ class RouterAPI:
         try:
             return dict(self.quota_source())
         except Exception as err:
-            log.warning("Redis lost its quotas and the quota source could not be read to "
-                        "restore them: %s: %s", type(err).__name__, err)
+            now = time.monotonic()
+            if now - self._source_warned_at >= SOURCE_WARNING_EVERY_S:  # not once per read
+                self._source_warned_at = now
+                log.warning("Redis holds no record of a quota sync and the quota source "
+                            "could not be read to restore missing quotas: %s: %s",
+                            type(err).__name__, err)
             return None
 
     @operation

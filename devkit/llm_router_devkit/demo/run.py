@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit import redis_tools
@@ -31,9 +32,10 @@ from llm_router_devkit.demo.embedded import EmbeddedPostgres, EmbeddedRedis
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound
 from llm_router_devkit.demo.progress import ProgressPrinter
 from llm_router_devkit.demo.router_quotas import router_quotas
-from llm_router_devkit.demo.seed import groups, make_backlog, seed_store
-from llm_router_devkit.demo.summary import Totals, format_report, model_rows
+from llm_router_devkit.demo.seed import SeedTask, groups, make_backlog, seed_store
+from llm_router_devkit.demo.summary import Totals, Yardstick, format_report, model_rows
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
+from llm_router_devkit.yardstick import instance_from_profile, lp_bound, reference_schedule
 
 __all__ = ["DemoOptions", "run"]
 
@@ -99,8 +101,9 @@ def _router(stack: ExitStack, redis_url: str, namespace: str, profile: Simulator
     client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
     stack.callback(client.close)
     stack.callback(drop_namespace, client, namespace)
-    for model, quota in router_quotas(profile).items():
-        client.set_quota(model, quota)
+    # written as a sync from a durable source: Redis is then known to be whole, and no
+    # reader tries to restore quotas from a quota store the demo does not have
+    client.sync_quotas({m: ModelQuota.model_validate(q) for m, q in router_quotas(profile).items()})
     return client
 
 
@@ -194,7 +197,18 @@ def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
     airflow_env.migrate_metadata_db()
     dag = airflow_env.load_dag(opts.dags_folder.resolve(), opts.dag)
     return {"dsn": dsn, "sim": sim, "router": router, "store": store, "dag": dag,
-            "profile": profile, "capacity": capacity, "bound": bound}
+            "profile": profile, "capacity": capacity, "bound": bound, "backlog": backlog}
+
+
+def yardstick(profile: SimulatorProfile, backlog: Sequence[SeedTask]) -> Yardstick:
+    """The LP bound and the reference schedule of this backlog (see ``yardstick/``)."""
+    started = time.monotonic()
+    instance = instance_from_profile(profile, [t.prompt for t in backlog],
+                                     [t.allowed_models for t in backlog])
+    bound = lp_bound(instance)
+    reference = reference_schedule(instance, bound.plan)
+    return Yardstick(lp_bound_s=bound.makespan_s, reference_s=reference.makespan_s,
+                     seconds=time.monotonic() - started)
 
 
 def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[str, float, float]:
@@ -226,10 +240,12 @@ def run(opts: DemoOptions) -> int:
         first = _first_call_offset(http)
         last = _last_answer_epoch(env["dsn"], opts.schema)
         makespan = (last - (reset_at + first)) if first is not None and last else 0.0
+        say("computing the LP lower bound and the reference schedule ...")
         totals = Totals(tasks=opts.prompts, counts=counts, makespan_s=makespan,
                         dag_run_s=dag_seconds, bound=env["bound"],
                         time_scale=opts.time_scale,
-                        window_s=env["profile"].scaled_window_s)
+                        window_s=env["profile"].scaled_window_s,
+                        yardstick=yardstick(env["profile"], env["backlog"]))
         rows = model_rows(stats, env["capacity"], makespan)
         say(format_report(rows, totals, int(stats["totals"]["violations"])))
         if totals.left:

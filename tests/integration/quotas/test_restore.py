@@ -75,6 +75,35 @@ def test_a_failing_source_leaves_the_rejection(router: RouterClient) -> None:
         router.admit(10)
 
 
+def test_a_failing_source_is_reported_once_not_per_read(
+    router: RouterClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = []
+
+    def broken() -> dict:
+        calls.append(1)
+        raise RuntimeError("PostgreSQL is down")
+
+    router.quota_source = broken
+    with caplog.at_level("WARNING", logger="airflow_llm_router.engine.api"):
+        for _ in range(5):
+            router.stats()
+    assert len(calls) == 5  # every read still tries to restore
+    warnings = [r for r in caplog.records if "could not be read" in r.getMessage()]
+    assert len(warnings) == 1 and "PostgreSQL is down" in warnings[0].getMessage()
+
+
+def test_a_synced_redis_is_not_restored_on_reads(router: RouterClient) -> None:
+    """Quotas written as a sync (the demo's, a quota store's) mark Redis whole: readers do
+    not go to the source at all."""
+    calls = []
+    router.sync_quotas({})
+    router.quota_source = lambda: calls.append(1) or {}
+    router.stats()
+    router.advice(10)
+    assert calls == []
+
+
 async def test_async_client_restores_for_a_batch(quota_store: QuotaStore, namespace: str,
                                                  redis_url: str,
                                                  lose_redis: Callable[[], int]) -> None:
