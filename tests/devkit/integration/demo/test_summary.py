@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from llm_router_devkit.demo.fluid_bound import Bound, ModelCapacity
-from llm_router_devkit.demo.summary import Totals, format_report, model_rows
+from llm_router_devkit.demo.summary import Totals, Yardstick, format_report, model_rows
 
 
 def _model_stats(**over):
@@ -71,10 +73,23 @@ def test_report_states_the_figures_and_the_bound_inputs() -> None:
     text = format_report(rows, _totals({"solved": 1000, "dead": 0}), violations=0)
     assert "window = 6 s wall clock = 60 provider s; time scale 10" in text
     assert "solved 1000  dead 0  left unsolved 0" in text
-    assert "capacity bound: 10.0 s = fluid 9.5 s + one call 0.5 s" in text
-    assert "[any model, m]" in text
-    assert "20% of the bound's speed" in text
+    assert "fluid approximation (mean costs; not a lower bound): 10.0 s = fluid 9.5 s + " \
+        "one call 0.5 s" in text
+    assert "[any model, m]; this run at 20% of it" in text
+    assert "LP lower bound" not in text  # no yardstick computed
     assert "R_m = min(rpm/W, tpm/(W*t), max_concurrency/L)" in text
     line = next(x for x in text.splitlines() if x.strip().startswith("m "))
     assert line.split()[:3] == ["m", "120", "0"]
     assert "75%" in line
+
+
+def test_report_judges_the_run_against_the_yardstick() -> None:
+    rows = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 20.0)
+    totals = replace(_totals({"solved": 1000, "dead": 0}, makespan=40.0),
+                     yardstick=Yardstick(lp_bound_s=20.0, reference_s=30.0, seconds=1.5))
+    text = format_report(rows, totals, violations=0)
+    assert "LP lower bound: 20.0 s" in text and "reference schedule: 30.0 s" in text
+    assert "this run: 75% of the reference's speed, 50% of the LP bound's" in text
+    assert "BUG" not in text
+    too_fast = replace(totals, makespan_s=15.0)  # faster than a lower bound: a bug in it
+    assert "BUG: this run beat the LP lower bound" in format_report(rows, too_fast, 0)
