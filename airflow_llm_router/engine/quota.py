@@ -14,19 +14,25 @@ from airflow_llm_router.names import validate_model_name as _validate_name
 __all__ = ["MODEL_NAME_RE", "ModelQuota", "field_hint", "validate_model_name"]
 
 _FIXES = {
-    "rpm": "a whole number of requests per window, at least 1",
-    "tpm": "a whole number of tokens (input + output) per window, at least 1",
-    "max_concurrency": "a whole number of calls in flight, at least 1",
-    "input_tpm": "a whole number of input tokens per window, at least 1, or null",
-    "output_tpm": "a whole number of output tokens per window, at least 1, or null",
-    "expected_output_tokens": "a whole number of output tokens per call, at least 1",
+    "rpm": "a whole number of requests per window, at least 1 and at most 10^15",
+    "tpm": "a whole number of tokens (input + output) per window, at least 1 and at most 10^15",
+    "max_concurrency": "a whole number of calls in flight, at least 1 and at most 10^15",
+    "input_tpm": "a whole number of input tokens per window, at least 1 and at most 10^15, or null",
+    "output_tpm": ("a whole number of output tokens per window, at least 1 and at most 10^15, "
+                   "or null"),
+    "expected_output_tokens": ("a whole number of output tokens per call, at least 1 and at "
+                               "most 10^15"),
     "expected_latency_s": "the seconds one call is expected to take, above 0, or null",
     "weight": "a number above 0 (the model's share among admissible models)",
     "enabled": "true or false",
     "window_s": "the window length in seconds, above 0 (60 for per-minute limits)",
 }
 
-PositiveCount = Annotated[int, Field(strict=True, gt=0)]
+#: The largest count a quota may set: counts up to 2**53 stay exact in Redis's Lua numbers
+#: (doubles), and no real limit comes near it (a larger value is a typo, e.g. 1e40).
+MAX_COUNT = 10**15
+
+PositiveCount = Annotated[int, Field(strict=True, gt=0, le=MAX_COUNT)]
 
 
 class ModelQuota(BaseModel):

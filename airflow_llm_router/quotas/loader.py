@@ -52,9 +52,13 @@ def read_quota_file(path: str | Path) -> dict[str, ModelQuota]:
     """Read and validate a ``.json``, ``.yaml`` or ``.yml`` quota file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise QuotaValidationError(f"{path}: cannot read it ({err.strerror})") from err
+    except UnicodeDecodeError as err:
+        raise QuotaValidationError(
+            f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+            f"{err.start}); save the file as UTF-8 and load it again") from err
     try:
         doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:

@@ -88,6 +88,26 @@ def test_read_quota_file_names_the_problem(tmp_path: Path, text: str, message: s
         read_quota_file(path)
 
 
+def test_a_file_that_is_not_utf8_is_refused_with_the_fix(
+        connections: None, tmp_path: Path, router: RouterClient,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "quotas.json"
+    path.write_bytes(b"\xff\xfe" + '{"m": {"rpm": 5}}'.encode("utf-16-le"))
+    assert main(["load", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert "not UTF-8 text (byte 0xff at offset 0); save the file as UTF-8" in err[0]
+    assert router.get_quotas() == {}
+
+
+def test_an_absurd_quota_in_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text("m: {rpm: 1e40, tpm: 10000000000000000000000000000000000000000, "
+                    "max_concurrency: 1}\n")
+    with pytest.raises(QuotaValidationError, match=r"m: rpm: .*; tpm: .*at most 10\^15"):
+        read_quota_file(path)
+
+
 def test_hook_clients_restore_from_the_quota_store(
         connections: None, pg_dsn: str, pg_schema: str, router: RouterClient,
         lose_redis: Callable[[], int]) -> None:

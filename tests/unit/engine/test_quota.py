@@ -30,6 +30,10 @@ def test_defaults_and_round_trip() -> None:
         ({"output_tpm": 0}, "output_tpm"),
         ({"rpm": True}, "rpm"),
         ({"burst": 3}, "burst"),
+        ({"rpm": 10**40}, "rpm"),  # absurd: a typo, never a limit
+        ({"tpm": 1e40}, "tpm"),
+        ({"max_concurrency": float("nan")}, "max_concurrency"),
+        ({"window_s": float("inf")}, "window_s"),
     ],
 )
 def test_bad_values_name_the_field(change: dict, field: str) -> None:
@@ -56,3 +60,9 @@ def test_good_model_names(name: str) -> None:
 def test_bad_model_names(name: str) -> None:
     with pytest.raises(QuotaValidationError, match="model:"):
         validate_model_name(name)
+
+
+def test_an_absurd_count_names_the_largest_allowed() -> None:
+    with pytest.raises(QuotaValidationError, match=r"rpm: .*at most 10\^15"):
+        ModelQuota.parse({**GOOD, "rpm": 10**40})
+    assert ModelQuota.parse({**GOOD, "tpm": 10**15}).tpm == 10**15  # the cap itself is fine
