@@ -142,6 +142,20 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, their children, ...), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (parent := _parent(int(entry.name))) is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def _parent(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -186,6 +200,10 @@ class AirflowStack:
     proc: subprocess.Popen[bytes] | None = None
     pgid: int | None = None
     stopped: StopReport | None = None
+    #: Components killed with :meth:`kill` and not relaunched: :meth:`alive` expects them gone.
+    down: set[str] = field(default_factory=set)
+    #: Components started again by :meth:`relaunch` (children of this process, same group).
+    relaunched: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _token: str | None = None
 
     @property
@@ -262,7 +280,9 @@ class AirflowStack:
         lines = ["trap 'wait' TERM INT"]
         for name, args in COMPONENTS.items():
             log = shlex.quote(str(self.home / f"{name}.log"))
+            pid_file = shlex.quote(str(self.home / f"{name}.pid"))
             lines.append(f"{airflow} {shlex.join(args)} >{log} 2>&1 &")
+            lines.append(f"echo $! >{pid_file}")
         lines.append("wait")
         self.proc = subprocess.Popen(["sh", "-c", "\n".join(lines)], env=self.env(),
                                      cwd=self.home, start_new_session=True,
@@ -274,15 +294,65 @@ class AirflowStack:
                  lambda: len(self._components()) == len(COMPONENTS), 10.0, 0.02)
 
     def _components(self) -> list[int]:
-        """The component processes still running (the group leader's children)."""
+        """The component processes still running (the group leader's children, and the
+        components relaunched by this process)."""
         if self.proc is None:
             return []
-        return [pid for pid in self.members() if _parent(pid) == self.proc.pid]
+        parents = {self.proc.pid, os.getpid()}
+        relaunched = {p.pid for p in self.relaunched.values() if p.poll() is None}
+        return [pid for pid in self.members()
+                if _parent(pid) == self.proc.pid or (_parent(pid) in parents
+                                                     and pid in relaunched)]
+
+    def component_pid(self, name: str) -> int:
+        """The pid of component ``name`` (its ``airflow`` process)."""
+        if name in self.relaunched:
+            return self.relaunched[name].pid
+        return int((self.home / f"{name}.pid").read_text())
+
+    def kill(self, name: str) -> list[int]:
+        """SIGKILL component ``name`` and every process under it at once, as a machine
+        crash would (no clean-up runs: no handler sees a signal it can catch). Returns the
+        pids killed, once they are all gone."""
+        root = self.component_pid(name)
+        tree = [root, *descendants(root)]
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if name in self.relaunched:
+            self.relaunched.pop(name).wait(timeout=10)
+        self.down.add(name)
+        wait_for(f"the killed {name} to disappear",
+                 lambda: not set(tree) & set(self.members()), 10.0, 0.02)
+        return tree
+
+    def relaunch(self, name: str) -> None:
+        """Start component ``name`` again, its output appended to ``<name>.log``. It leads a
+        process group of its own (a process cannot join a group of another session), which
+        :meth:`members` and :meth:`stop` count as part of the stack."""
+        if self.pgid is None:
+            raise RuntimeError("the stack is not started")
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+        try:
+            self.relaunched[name] = subprocess.Popen(
+                [str(self.bin_dir / "airflow"), *COMPONENTS[name]], env=self.env(),
+                cwd=self.home, start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        self.down.discard(name)
+
+    def groups(self) -> list[int]:
+        """The stack's process groups: the one started together, and one per relaunch."""
+        for relaunched in self.relaunched.values():
+            relaunched.poll()  # reap a relaunched leader once it has exited
+        return ([self.pgid] if self.pgid is not None else []) + \
+            [p.pid for p in self.relaunched.values()]
 
     def members(self) -> list[int]:
         if self.proc is not None:
             self.proc.poll()  # reap the group leader once it has exited
-        return group_members(self.pgid) if self.pgid is not None else []
+        return [pid for pgid in self.groups() for pid in group_members(pgid)]
 
     def stop(self, grace_s: float = 30.0) -> StopReport:
         """SIGTERM the whole group, wait up to ``grace_s`` for it to empty, SIGKILL what is
@@ -294,8 +364,9 @@ class AirflowStack:
         start = time.monotonic()
         members = self.members()
         before = dict(zip(members, describe(members), strict=True))
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pgid, signal.SIGTERM)
+        for pgid in self.groups():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
         exits: list[str] = []
 
         def empty() -> bool:
@@ -311,13 +382,15 @@ class AirflowStack:
         leftovers = self.members()
         killed = describe(leftovers) if leftovers else []
         if leftovers:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pgid, signal.SIGKILL)
+            for pgid in self.groups():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
                 wait_for("the killed group to disappear", lambda: not self.members(), 5.0, 0.05)
-        if self.proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=5)
+        for proc in [self.proc, *self.relaunched.values()]:
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
         self.stopped = StopReport(term_s, killed, self.members())
         return self.stopped
 
@@ -327,9 +400,10 @@ class AirflowStack:
         if self.proc is None:
             return False
         running = self._components()
-        if self.proc.poll() is not None or len(running) < len(COMPONENTS):
+        expected = len(COMPONENTS) - len(self.down)
+        if self.proc.poll() is not None or len(running) < expected:
             raise RuntimeError(f"a component of the stack exited ({len(running)} of "
-                               f"{len(COMPONENTS)} still run)\n{self.read_logs()}")
+                               f"{expected} still run)\n{self.read_logs()}")
         return True
 
     # -- the REST API ---------------------------------------------------------------------

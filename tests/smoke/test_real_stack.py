@@ -288,10 +288,10 @@ def test_drain_dag_on_the_real_stack(tmp_path: Path) -> None:
         assert not stack.members()
 
 
-def task_errors(logs: Path) -> str:
+def task_errors(logs: Path, dag_id: str = DAG_ID) -> str:
     """The error lines of every task and trigger log of the DAG, for a failure message."""
     out = []
-    for path in sorted((logs / f"dag_id={DAG_ID}").rglob("*.log")):
+    for path in sorted((logs / f"dag_id={dag_id}").rglob("*.log")):
         for line in path.read_text(errors="replace").splitlines():
             try:
                 doc = json.loads(line)
@@ -304,12 +304,12 @@ def task_errors(logs: Path) -> str:
     return "\n".join(out) or "(no error lines in the task logs)"
 
 
-def dag_parsed(stack: AirflowStack) -> bool:
+def dag_parsed(stack: AirflowStack, dag_id: str = DAG_ID) -> bool:
     stack.alive()
     errors = stack.api("GET", "/importErrors").json()
     if errors.get("total_entries"):
         raise AssertionError(f"DAG import errors: {errors}")
-    return stack.api("GET", f"/dags/{DAG_ID}").status_code == 200
+    return stack.api("GET", f"/dags/{dag_id}").status_code == 200
 
 
 @dataclass
