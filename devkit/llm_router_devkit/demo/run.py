@@ -7,6 +7,7 @@ ends normally, fails, or is interrupted (Ctrl-C or SIGTERM).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -14,7 +15,7 @@ import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,13 @@ class DemoOptions:
     redis_url: str | None = None
     postgres_dsn: str | None = None
     workdir: Path = Path(".demo")
-    dags_folder: Path = Path("example_dags")
+    dags_folder: Path = field(default_factory=lambda: EXAMPLE_DAGS)
     schema: str = "llm_router_demo"
     progress_interval_s: float = 2.0
+
+
+#: The repository's example DAGs (beside the devkit), wherever the demo is started from.
+EXAMPLE_DAGS = Path(__file__).resolve().parents[3] / "example_dags"
 
 
 def say(message: str) -> None:
@@ -254,10 +259,35 @@ def run(opts: DemoOptions) -> int:
         return 0
 
 
+class DemoError(Exception):
+    """A problem the user can fix (the message says how); reported as one ``error:`` line."""
+
+
+def check_options(opts: DemoOptions) -> None:
+    """Refuse, before anything starts, options the run would fail on later."""
+    dag_file = opts.dags_folder / f"{opts.dag}.py"
+    if not dag_file.is_file():
+        raise DemoError(f"--dags-folder: {opts.dags_folder} has no {opts.dag}.py; give the "
+                        f"folder of the example DAGs (default: {EXAMPLE_DAGS})")
+
+
 def main_guarded(opts: DemoOptions) -> int:
-    """:func:`run`, with Ctrl-C reported as exit code 130 after the clean-up."""
+    """:func:`run`, with Ctrl-C (or SIGTERM) reported as exit code 130 after the clean-up,
+    and any failure as one ``error:`` line and exit code 2 (``LLMR_DEBUG=1``: the
+    traceback too)."""
     try:
+        check_options(opts)
         return run(opts)
     except KeyboardInterrupt:
         print("\ninterrupted; services stopped", file=sys.stderr)
         return 130
+    except Exception as err:  # the CLI's last line is the error, not a traceback
+        if os.environ.get("LLMR_DEBUG"):
+            raise
+        first = (str(err).splitlines() or [""])[0]
+        if isinstance(err, DemoError):
+            print(f"error: {first}", file=sys.stderr)
+        else:
+            print(f"error: {type(err).__name__}: {first} (LLMR_DEBUG=1 shows the traceback)",
+                  file=sys.stderr)
+        return 2
