@@ -27,11 +27,27 @@ class ModelStats:
     counters: dict[str, int]
     #: learned latency per call (ms), or the quota's prior before any call; None without.
     latency_ms: float | None = None
+    #: the share of the quota admission holds the model to, learned from the provider's
+    #: 429s (1.0: the quota itself; see docs/engine.md, "Effective limit").
+    limit_share: float = 1.0
+    #: below a share of 1, the limits in force: ``rpm``, ``tpm``, ``max_concurrency`` and,
+    #: where the quota has them, ``input_tpm``/``output_tpm``; None at the quota.
+    effective: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["quota"] = self.quota.model_dump() if self.quota else None
         return doc
+
+
+_EFFECTIVE_NAMES = {"rpm": "rpm", "tpm": "tpm", "conc": "max_concurrency",
+                    "itpm": "input_tpm", "otpm": "output_tpm"}
+
+
+def _effective(doc: dict[str, Any] | None) -> dict[str, int] | None:
+    if not doc:
+        return None
+    return {_EFFECTIVE_NAMES[k]: int(v) for k, v in doc.items() if k in _EFFECTIVE_NAMES}
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,8 @@ class RouterStats:
                 breaker=str(m["breaker"]),
                 counters={k: int(v) for k, v in (m.get("counters") or {}).items()},
                 latency_ms=None if m.get("latency_ms") is None else float(m["latency_ms"]),
+                limit_share=float(m.get("share", 1.0)),
+                effective=_effective(m.get("effective")),
             )
         return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models)
 

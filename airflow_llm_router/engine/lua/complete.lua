@@ -5,7 +5,8 @@
 --          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
 -- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
 -- A live lease released 'ok' also feeds the model's latency estimate (ms, admission to
--- completion) in K_EST '<model>|lat'.
+-- completion) in K_EST '<model>|lat'; one released 'rate_limited' may cut the model's
+-- effective limit (lib/effective.lua).
 -- The batch is settled model by model, with one call per key for all of a model's leases
 -- (the common case: every outcome 'ok'); a model with a 429 or an error in the batch has
 -- its outcomes recorded one by one, in order, as the breaker's count depends on it.
@@ -145,6 +146,8 @@ for _, m in ipairs(models) do
       if out[it[6]] > 0 then
         local rec = RECORDS[it[1]]
         completed[k] = record_outcome(m, it[4], it[5], rec and rec.p == 1)
+        -- the provider refused a call admission let through: learn its real limit
+        if it[4] == 'rate_limited' and rec and rec.t then eff_cut(m, it[1], rec.t) end
       end
     end
   end

@@ -8,6 +8,7 @@ if not raw then return 0 end
 local q = cjson.decode(raw)
 redis.call('HDEL', K_QUOTAS, m)
 redis.call('HDEL', K_FAIR, m)
+redis.call('HDEL', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n')  -- a learned limit goes with it
 redis.call('PEXPIRE', K_WIN(m), int(q.win + GUARD))
 redis.call('PEXPIRE', K_WTOK(m), int(q.win + GUARD))
 redis.call('PEXPIRE', K_LIVE(m), int(LEASE_TTL + q.win))

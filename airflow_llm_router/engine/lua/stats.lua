@@ -3,10 +3,12 @@
 -- ARGV[2]: JSON [model, ...] or 0 for every model with a quota.
 -- latency_ms: the learned call latency (ms, EWMA of released 'ok' calls), else the quota's
 -- prior expected_latency_s (the 'lat' field, s) in ms, else absent.
+-- share: the learned share of the quota admission holds the model to (1: the quota);
+-- effective: below 1, the limits in force {rpm, tpm, conc, itpm?, otpm?}.
 local names = cjson.decode(ARGV[2])
 if type(names) ~= 'table' then names = model_names() end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
-                  'expired', 'breaker_opened'}
+                  'expired', 'breaker_opened', 'limit_cuts'}
 local out = {}
 for _, m in ipairs(names) do
   local st = load_model(m)
@@ -22,7 +24,11 @@ for _, m in ipairs(names) do
     if st.open > NOW then state = 'open' elseif st.open > 0 then state = 'half_open' end
     out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
-              breaker = state, counters = counters, latency_ms = lat}
+              breaker = state, counters = counters, latency_ms = lat, share = st.share}
+    if st.share < 1 then
+      local q = st.q
+      out[m].effective = {rpm = q.rpm, tpm = q.tpm, conc = q.conc, itpm = q.itpm, otpm = q.otpm}
+    end
   end
 end
 if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end

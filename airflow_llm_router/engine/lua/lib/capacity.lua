@@ -59,14 +59,19 @@ local function blocked(st, need, res)
   if st.n + 1 + res.n > q.rpm then
     return window_wait(st, 'n', st.n + 1 + res.n - q.rpm), 'rpm'
   end
-  if st.s + need.s + res.s > q.tpm then
-    return window_wait(st, 's', st.s + need.s + res.s - q.tpm), 'tpm'
+  -- under a learned share below the quota, one request larger than the scaled limit still
+  -- fits an otherwise empty window (it fits the quota: never_fits said so)
+  local tpm, itpm, otpm = math.max(q.tpm, need.s), q.itpm, q.otpm
+  if itpm then itpm = math.max(itpm, need.i) end
+  if otpm then otpm = math.max(otpm, need.o) end
+  if st.s + need.s + res.s > tpm then
+    return window_wait(st, 's', st.s + need.s + res.s - tpm), 'tpm'
   end
-  if q.itpm and st.i + need.i + res.i > q.itpm then
-    return window_wait(st, 'i', st.i + need.i + res.i - q.itpm), 'input_tpm'
+  if itpm and st.i + need.i + res.i > itpm then
+    return window_wait(st, 'i', st.i + need.i + res.i - itpm), 'input_tpm'
   end
-  if q.otpm and st.o + need.o + res.o > q.otpm then
-    return window_wait(st, 'o', st.o + need.o + res.o - q.otpm), 'output_tpm'
+  if otpm and st.o + need.o + res.o > otpm then
+    return window_wait(st, 'o', st.o + need.o + res.o - otpm), 'output_tpm'
   end
   return 0
 end

@@ -119,14 +119,18 @@ local function load_model(m)
     return false
   end
   st = {m = m, q = view.q, est = view.est}
+  local h = redis.call('HMGET', K_HEALTH, m .. '|cool', m .. '|open', m .. '|probe',
+                       m .. '|eff', m .. '|eff_t', m .. '|eff_n')
+  st.cool, st.open, st.probe = tonumber(h[1]) or 0, tonumber(h[2]) or 0, h[3]
+  -- the limits admission holds it to: the quota, scaled by the learned share
+  st.share = eff_share(view.q, tonumber(h[4]), tonumber(h[5]) or 0, tonumber(h[6]))
+  st.q = eff_quota(view.q, st.share)
   reclaim(m)
-  trim(m, st.q.win)
+  trim(m, view.q.win)
   st.n = redis.call('ZCARD', K_WIN(m))
   local tot = redis.call('HMGET', K_WTOK(m), '_s', '_i', '_o')
   st.s, st.i, st.o = tonumber(tot[1]) or 0, tonumber(tot[2]) or 0, tonumber(tot[3]) or 0
   st.live = redis.call('ZCARD', K_LIVE(m))
-  local h = redis.call('HMGET', K_HEALTH, m .. '|cool', m .. '|open', m .. '|probe')
-  st.cool, st.open, st.probe = tonumber(h[1]) or 0, tonumber(h[2]) or 0, h[3]
   STATE[m] = st
   return st
 end

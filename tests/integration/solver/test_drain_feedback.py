@@ -1,0 +1,72 @@
+"""A drain against a provider whose real limit is below the quota: the router learns the
+effective limit from the 429s and stops flooding (the quota-fidelity promise, measured by
+the backend's own counters)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.store import TaskStore
+from airflow_llm_router.triggers.solve import DrainTrigger
+from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.simulator.profile import ModelProfile
+from tests.integration.backends import serve_backend
+
+TIME_SCALE = 120.0  # the provider's 60 s window lasts 0.5 s
+REAL_RPM = 3
+QUOTA_RPM = 40
+TASKS = 60
+
+
+def profile() -> SimulatorProfile:
+    model = ModelProfile(name="m", median_s=1.0, sigma=0.3, min_s=0.5, max_s=4.0,
+                         output_tokens_mean=50, output_tokens_max=200, rpm=REAL_RPM)
+    return SimulatorProfile(time_scale=TIME_SCALE, seed=3, models=[model])
+
+
+@pytest.mark.timeout(120)
+async def test_a_real_limit_below_the_quota_is_learned_and_429s_stay_bounded(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    sim_profile = profile()
+    window_s = sim_profile.scaled_window_s
+    store.enqueue([f"prompt {i}" for i in range(TASKS)])
+    with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
+        router.set_quota("m", {"rpm": QUOTA_RPM, "tpm": 10**6, "max_concurrency": 100,
+                               "window_s": window_s, "expected_output_tokens": 200})
+        trigger = DrainTrigger(
+            store={"postgres_conn_id": "postgres_default", "schema": pg_schema,
+                   "table": "tasks"},
+            worker_id="drain-under-test",
+            settings={"claim_ttl_s": 30, "claim_batch": TASKS, "max_in_flight": 100,
+                      "backoff_s": 0.05},
+            router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+            deadline=time.time() + 90)
+        event = (await asyncio.wait_for(anext(trigger.run()), 100)).payload
+        totals = httpx.get(f"{sim.url}/stats").json()["totals"]
+        timeline = httpx.get(f"{sim.url}/timeline").json()["models"]["m"]
+    stats = router.stats().models["m"]
+    assert event["status"] == "done", event
+    assert store.counts()["solved"] == TASKS
+    refused = timeline["rejected"]
+    print(f"accepted per window: {timeline['requests']}")
+    print(f"429s per window: {refused}; share {stats.limit_share:.3f}, "
+          f"cuts {stats.counters['limit_cuts']}")
+    # the effective limit came down near the provider's (3 of a quota of 40: a share of
+    # 0.075; probing up from there by a call every few windows)...
+    assert stats.limit_share <= 0.25 and stats.counters["limit_cuts"] >= 2, stats
+    # ...so after the first windows of learning (the first full-quota burst has 37 refused;
+    # the share halves per window at most: 20, 10, 5, then what the provider took), a window
+    # is refused at most a probe's last step (one call, then two, four...) and, on average,
+    # well under one call
+    learning = 5
+    after = refused[learning:]
+    assert max(after, default=0) <= 4, refused
+    assert sum(after) <= 0.5 * len(after), refused
+    assert sum(refused) <= 2 * QUOTA_RPM, (refused, totals)
