@@ -18,6 +18,8 @@ name                                      type     when
 ``llm_router.window_tokens.<model>``      gauge    tokens in the current window
 ``llm_router.rpm_used_pct.<model>``       gauge    window requests / rpm, percent
 ``llm_router.tpm_used_pct.<model>``       gauge    window tokens / tpm, percent
+``llm_router.limit_share.<model>``        gauge    share of the quota in force (1: the quota;
+                                                   less: learned from the provider's 429s)
 ``llm_router.waiting``                    gauge    requests waiting for capacity
 ========================================  =======  ==========================================
 
@@ -110,6 +112,7 @@ def usage(stats: RouterStats) -> None:
         _emit("gauge", "in_flight", m.in_flight, model=name)
         _emit("gauge", "window_requests", m.requests, model=name)
         _emit("gauge", "window_tokens", m.tokens, model=name)
+        _emit("gauge", "limit_share", m.limit_share, model=name)
         if m.quota is not None:
             _emit("gauge", "rpm_used_pct", 100.0 * m.requests / m.quota.rpm, model=name)
             _emit("gauge", "tpm_used_pct", 100.0 * m.tokens / m.quota.tpm, model=name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -172,9 +172,11 @@ async def call_batch(
     model: str,
     prompts: list[str],
     max_output_tokens: int | None = None,
+    caps: Sequence[int | None] | None = None,
     on_sent: Callable[[], None] | None = None,
 ) -> list[CallResult]:
     """Send several prompts to one model in one ``POST /batch``; one result each, in order.
+    Each item's output is capped at ``caps[i]`` if given, else at ``max_output_tokens``.
 
     The backend answers when the slowest is done, so every item's call lasts as long as
     the batch's. A transport failure fails every item (retryably).
@@ -183,8 +185,9 @@ async def call_batch(
     items = []
     for i, prompt in enumerate(prompts):
         item: dict[str, Any] = {f.id: str(i), f.model: model, f.prompt: prompt}
-        if max_output_tokens is not None:
-            item[f.max_output_tokens] = max_output_tokens
+        cap = caps[i] if caps is not None else max_output_tokens
+        if cap is not None:
+            item[f.max_output_tokens] = cap
         items.append(item)
     started = time.monotonic()
     try:

@@ -39,6 +39,12 @@ class BackendConfig(BaseModel):
     :param single_path: path of the one-prompt endpoint.
     :param timeout_s: a call taking longer is abandoned and counted as an error.
     :param headers: extra headers (auth comes from the connection's password, not here).
+    :param max_output_tokens: the output cap sent with every call (under the name
+        ``fields.max_output_tokens``, e.g. ``max_tokens``) unless the prompt or the solver
+        sets one. With a cap, a call cannot write more than it, so admission reserves input +
+        cap and a tokens-per-window target holds exactly; without one, it reserves the
+        model's learned output per call (the 95th percentile of its recent calls), which a
+        longer answer can exceed.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -49,3 +55,4 @@ class BackendConfig(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
     fields: BackendFields = Field(default_factory=BackendFields)
+    max_output_tokens: int | None = Field(None, ge=1)

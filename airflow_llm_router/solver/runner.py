@@ -117,9 +117,14 @@ class Solver:
         errors = limited = calls = 0
         last: CallResult | None = None
         tokens = count_input_tokens(item.prompt)
+        cap = self._output_cap(item)
         while errors < self.settings.max_errors and limited < self.settings.max_rate_limited:
+            # With an output cap the call cannot exceed input + cap: reserve exactly that.
+            # Without, the engine adds the chosen model's learned output per call.
             request = AdmitRequest(
-                input_tokens=tokens, models=item.models, ordered=item.ordered,
+                input_tokens=tokens if cap is None else None,
+                estimated_tokens=None if cap is None else tokens + cap,
+                estimated_output_tokens=cap, models=item.models, ordered=item.ordered,
                 priority=item.priority,  # type: ignore[arg-type]
                 request_id=f"{item.request_id}:{calls + 1}")
             asked = time.monotonic()
@@ -151,16 +156,23 @@ class Solver:
         return SolveResult(item.key, "failed", error=last.error if last else None,
                            retryable=True, calls=calls, rate_limited=limited)
 
+    def _output_cap(self, item: SolveItem) -> int | None:
+        """The output cap sent with the call: the prompt's, else the solver's, else the
+        backend connection's (None: uncapped)."""
+        return (item.max_output_tokens or self.settings.max_output_tokens
+                or self.backend.max_output_tokens)
+
     async def _call(self, item: SolveItem, model: str, lease_id: str) -> CallResult:
         self.progress.live.add(lease_id)
         self.progress.calling += 1
         try:
             if self.settings.batch_size > 1:
-                result = await self.batcher.call(model, item.prompt, lease_id)
+                result = await self.batcher.call(model, item.prompt, lease_id,
+                                                 self._output_cap(item))
             else:
                 result = await call_single(
                     self.http, self.backend, model=model, prompt=item.prompt,
-                    max_output_tokens=item.max_output_tokens or self.settings.max_output_tokens,
+                    max_output_tokens=self._output_cap(item),
                     on_sent=lambda: self.stamps.mark(lease_id))
         finally:
             self.progress.live.discard(lease_id)

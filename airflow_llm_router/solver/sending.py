@@ -54,20 +54,24 @@ class MicroBatcher:
     def __init__(self, http: ShardedClient, backend: BackendConfig, stamps: SendStamps, *,
                  batch_size: int, batch_wait_s: float) -> None:
         self._http, self._backend, self._stamps = http, backend, stamps
-        self._batches: Coalescer[str, tuple[str, str], CallResult] = Coalescer(
+        self._batches: Coalescer[str, tuple[str, str, int | None], CallResult] = Coalescer(
             self._send, delay_s=batch_wait_s, max_size=batch_size, name="backend-batch")
 
-    async def call(self, model: str, prompt: str, lease_id: str) -> CallResult:
-        """Solve ``prompt`` on ``model`` in the next ``/batch`` of that model."""
-        return await self._batches.submit(model, (prompt, lease_id))
+    async def call(self, model: str, prompt: str, lease_id: str,
+                   max_output_tokens: int | None = None) -> CallResult:
+        """Solve ``prompt`` on ``model`` in the next ``/batch`` of that model, its output
+        capped at ``max_output_tokens`` (None: uncapped)."""
+        return await self._batches.submit(model, (prompt, lease_id, max_output_tokens))
 
-    async def _send(self, model: str, items: list[tuple[str, str]]) -> list[CallResult]:
+    async def _send(self, model: str,
+                    items: list[tuple[str, str, int | None]]) -> list[CallResult]:
         def sent() -> None:
-            for _prompt, lease_id in items:
+            for _prompt, lease_id, _cap in items:
                 self._stamps.mark(lease_id)
 
         return await call_batch(self._http, self._backend, model=model,
-                                prompts=[prompt for prompt, _ in items], on_sent=sent)
+                                prompts=[prompt for prompt, _, _ in items],
+                                caps=[cap for _, _, cap in items], on_sent=sent)
 
     async def aclose(self) -> None:
         await self._batches.aclose()

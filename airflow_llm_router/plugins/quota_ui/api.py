@@ -49,7 +49,8 @@ def _usage(m: ModelStats | None, quota: ModelQuota) -> Usage | None:
     return Usage(requests=m.requests, tokens=m.tokens, in_flight=m.in_flight,
                  rpm_pct=_pct(m.requests, quota.rpm), tpm_pct=_pct(m.tokens, quota.tpm),
                  concurrency_pct=_pct(m.in_flight, quota.max_concurrency),
-                 cooldown_ms=m.cooldown_ms, breaker=m.breaker)
+                 cooldown_ms=m.cooldown_ms, breaker=m.breaker, limit_share=m.limit_share,
+                 effective=m.effective)
 
 
 def _view(record: QuotaRecord, stats: RouterStats) -> QuotaView:

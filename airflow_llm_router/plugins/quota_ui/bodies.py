@@ -34,6 +34,10 @@ class Usage(BaseModel):
     concurrency_pct: float | None
     cooldown_ms: int
     breaker: str
+    #: the share of the quota admission holds the model to, learned from the provider's
+    #: 429s (1.0: the quota); below 1, ``effective`` holds the limits in force
+    limit_share: float = 1.0
+    effective: dict[str, int] | None = None
 
 
 class QuotaView(BaseModel):

@@ -157,8 +157,13 @@ def test_stats_advice_and_live_usage(ui: QuotaUiStack, tokens: dict[str, str]) -
     assert stats["targets"] == {"rpm": 10, "tpm": 90_000, "max_concurrency": 8}
     assert stats["counters"]["rate_limited"] == 1
     assert set(stats["recent"]) == {"rate_limited", "errors", "over_s"}
+    # the provider refused the first call of its window: the effective limit halves, and
+    # is shown next to the target
+    assert stats["limit_share"] == 0.5
+    assert stats["effective"] == {"rpm": 5, "tpm": 45_000, "max_concurrency": 4}
     usage = api(ui, viewer, "GET", "/api/quotas").json()["models"][0]["usage"]
     assert usage["rpm_pct"] == 30.0 and usage["concurrency_pct"] == 25.0
+    assert usage["limit_share"] == 0.5 and usage["effective"]["rpm"] == 5
     advice = api(ui, viewer, "GET", "/api/advice", params={"backlog": 100})
     assert advice.status_code == 200 and advice.json()["solvers"] >= 1
     assert api(ui, viewer, "GET", "/api/advice", params={"backlog": -1}).status_code == 422

@@ -5,6 +5,7 @@ the backend's own counters)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -70,3 +71,44 @@ async def test_a_real_limit_below_the_quota_is_learned_and_429s_stay_bounded(
     assert max(after, default=0) <= 4, refused
     assert sum(after) <= 0.5 * len(after), refused
     assert sum(refused) <= 2 * QUOTA_RPM, (refused, totals)
+
+
+@pytest.mark.timeout(120)
+async def test_with_an_output_cap_the_reservation_is_exact_and_tpm_holds(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """A token-bound model whose answers run far past the router's prior (10 tokens; the
+    provider writes ~150, up to the cap of 300): the backend connection's
+    ``max_output_tokens`` goes with every call and admission reserves input + cap, so the
+    provider, which charges actual tokens, never refuses one."""
+    model = ModelProfile(name="t", median_s=1.0, sigma=0.3, min_s=0.5, max_s=4.0,
+                         output_tokens_mean=150, output_tokens_sigma=1.0,
+                         output_tokens_max=2000, tpm=3000)
+    sim_profile = SimulatorProfile(time_scale=TIME_SCALE, seed=5, models=[model])
+    cap = 300
+    store.enqueue([f"prompt {i}: " + "word " * (i % 30) for i in range(80)])
+    with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
+        monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT", json.dumps(
+            {"conn_type": "models_backend", "host": sim.url,
+             "extra": {"timeout_s": 30, "max_output_tokens": cap}}))
+        router.set_quota("t", {"rpm": 10**6, "tpm": 3000, "max_concurrency": 100,
+                               "window_s": sim_profile.scaled_window_s,
+                               "expected_output_tokens": 10})
+        trigger = DrainTrigger(
+            store={"postgres_conn_id": "postgres_default", "schema": pg_schema,
+                   "table": "tasks"},
+            worker_id="drain-under-test",
+            settings={"claim_ttl_s": 30, "claim_batch": 80, "max_in_flight": 100,
+                      "backoff_s": 0.05},
+            router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+            deadline=time.time() + 90)
+        event = (await asyncio.wait_for(anext(trigger.run()), 100)).payload
+        stats = httpx.get(f"{sim.url}/stats").json()
+    totals, served = stats["totals"], stats["models"]["t"]
+    assert event["status"] == "done", event
+    assert store.counts()["solved"] == 80, (event, store.counts())
+    assert totals["rejected_429"] == 0 and totals["violations"] == 0, totals
+    # the answers ran far past the prior (10 per call), within the cap
+    assert 80 * 50 < served["output_tokens_accepted"] <= 80 * cap, served
+    assert served["peak_accepted_tokens_in_window"] <= 3000, served

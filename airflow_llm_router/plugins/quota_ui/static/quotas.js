@@ -128,6 +128,14 @@ function renderRow(view) {
   if (u.breaker && u.breaker !== "closed") {
     small.append(el("span", { class: "badge bad" }, `breaker ${u.breaker}`));
   }
+  if (u.effective) { // the provider's 429s taught a lower limit than the target
+    const e = u.effective;
+    small.append(el("span", {
+      class: "badge bad", "data-effective": "1",
+      title: "learned from the provider's 429s: admission holds this model to "
+        + `${Math.round(u.limit_share * 1000) / 10} % of its quota, probing back up`,
+    }, `effective ${e.rpm} rpm / ${e.tpm} tpm / ${e.max_concurrency} conc`));
+  }
   if (!view.applied) small.append(el("span", { class: "badge" }, "not in router yet"));
   if (!view.stored) {
     small.append(el("span", { class: "badge", title: "set in Redis directly; saving "
