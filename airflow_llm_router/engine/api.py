@@ -140,10 +140,12 @@ class RouterAPI:
         return quotas_synced(self.core)
 
     @operation
-    def sync_quotas(self, quotas: Mapping[str, ModelQuota]) -> Steps[int]:
+    def sync_quotas(self, quotas: Mapping[str, ModelQuota], *,
+                    after_loss: bool = False) -> Steps[int]:
         """Write each of ``quotas`` that Redis lacks and mark Redis as synced with the
-        durable store; returns how many were written."""
-        return sync_quotas(self.core, quotas)
+        durable store; returns how many were written. ``after_loss``: Redis lost its data
+        (not a new namespace): admit at the recovery share for one window."""
+        return sync_quotas(self.core, quotas, after_loss=after_loss)
 
     @operation
     def admit_many(self, requests: Sequence[AdmitRequest]) -> Steps[list[Decision]]:

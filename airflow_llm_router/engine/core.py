@@ -95,9 +95,8 @@ class RouterCore:
         self.settings = settings
         self.keys = RouterKeys(settings.namespace)
         s = settings
-        self.settings_arg = "|".join(
-            str(int(v))
-            for v in (
+        self.settings_arg = "|".join([
+            *(str(int(v)) for v in (
                 s.lease_ttl_s * 1000,
                 s.guard_ms,
                 s.max_wait_ms,
@@ -106,8 +105,9 @@ class RouterCore:
                 s.cooldown_ms,
                 s.breaker_failures,
                 s.breaker_open_ms,
-            )
-        )
+            )),
+            f"{s.recovery_share:.6f}",
+        ])
 
     # -- quotas -----------------------------------------------------------------------
 

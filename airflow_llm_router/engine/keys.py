@@ -35,6 +35,10 @@ ROUTER_KEYS: dict[str, str] = {
     # STRING when the quotas were last synced from their durable source (ms); absent after
     # Redis lost its data: tells a lost Redis from a deleted model
     "K_EPOCH": "epoch",
+    # STRING when quotas were restored after Redis lost its data (ms, Redis clock); set
+    #        with an expiry of the longest window + guard: while it lasts, each model whose
+    #        window has not passed since is admitted at the recovery share
+    "K_RECOVER": "recover",
     # HASH model -> learned output tokens per call (P95 of recent);
     #      "<model>|lat" -> learned latency per call, ms (EWMA of released 'ok' calls)
     "K_EST": "estimates",

@@ -93,10 +93,21 @@ def quotas_synced(core: RouterCore) -> Step[bool]:
     return marker is not None
 
 
-def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota]) -> Step[int]:
+def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota], *,
+                after_loss: bool = False) -> Step[int]:
     """Write each of ``quotas`` that Redis lacks (those it holds stay: they were written
     since the loss, by someone who knew better) and set the epoch marker; returns how many
-    were written."""
+    were written.
+
+    ``after_loss``: Redis lost its data (the epoch marker is gone and quotas were wanted):
+    also start the recovery hold (``K_RECOVER``), during which each model is admitted at
+    ``RouterSettings.recovery_share`` of its quota until one of its windows has passed,
+    because the calls sent just before the loss are unknown to this Redis. A first sync of
+    a new namespace is not a loss.
+    """
+    if after_loss and quotas:
+        hold_ms = max(q.window_s for q in quotas.values()) * 1000 + core.settings.guard_ms
+        yield Script("start_recovery", (str(int(hold_ms) + 1000),))
     present = yield Command(("HKEYS", core.keys.router("K_QUOTAS")))
     held = {x.decode() if isinstance(x, bytes) else str(x) for x in present or ()}
     written = 0
@@ -116,8 +127,9 @@ def restore_quotas(core: RouterCore) -> Steps[bool]:
     quotas = yield LoadQuotas()
     if quotas is None:
         return False
-    written = yield from sync_quotas(core, quotas)
+    written = yield from sync_quotas(core, quotas, after_loss=True)
     if written:
         log.warning("Redis of router namespace %r had lost %d quota(s): restored them from "
-                    "the quota store", core.settings.namespace, written)
+                    "the quota store; admitting at %.0f %% of each quota for one window",
+                    core.settings.namespace, written, 100 * core.settings.recovery_share)
     return written > 0

@@ -22,6 +22,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "sent": ("prelude",),
     "set_quota": ("prelude",),
     "delete_quota": ("prelude",),
+    "start_recovery": ("prelude",),
     "stats": ("prelude", "effective", "model_state"),
     "cancel": ("prelude",),
 }

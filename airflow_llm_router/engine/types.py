@@ -35,6 +35,12 @@ class RouterSettings(BaseModel):
         ranked behind it, so large prompts are not passed forever.
     :param waiter_ttl_ms: a waiter that does not retry within its wait plus this drops out.
     :param cooldown_ms: cooldown after a 429 that carried no Retry-After.
+    :param recovery_share: after Redis lost its data (found when the quotas are restored
+        from their durable source), each model is admitted at this share of its quota for
+        one window + guard: the calls sent just before the loss are unknown to the new
+        Redis, so 0 (the default: a pause of one window) keeps every window within its
+        target; a share s lets a window that straddles the loss reach up to (1 + s) times
+        the target.
     :param breaker_failures: consecutive errors that open a model's circuit breaker.
     :param breaker_open_ms: how long an open breaker refuses calls before a probe.
     :param jitter: waits are stretched by up to this fraction, so waiters don't stampede.
@@ -52,6 +58,7 @@ class RouterSettings(BaseModel):
     breaker_failures: int = Field(5, ge=1)
     breaker_open_ms: int = Field(30_000, gt=0)
     jitter: float = Field(0.1, ge=0, le=1)
+    recovery_share: float = Field(0.0, ge=0, le=1)
 
 
 @dataclass(frozen=True)

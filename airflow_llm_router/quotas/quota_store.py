@@ -220,7 +220,7 @@ class QuotaStore:
                              (_CHANGE_LOCK_CLASS, f"{self._names.schema}.{self._names.table}"))
                 changes = [self._write(conn, model, value, actor, source, patch, missing_ok)
                            for model, value in sorted(wanted.items())]
-                self._resync(conn)
+                self._resync(conn, created={c.model for c in changes if c.old is None})
                 for change in changes:
                     # an unchanged value is pushed too: it repairs a Redis that drifted
                     if change.audit_id is not None or change.new is not None:
@@ -268,10 +268,13 @@ class QuotaStore:
         assert audit_row is not None
         return QuotaChange(model, action, old, value, int(audit_row[0]))
 
-    def _resync(self, conn: psycopg.Connection[Any]) -> None:
+    def _resync(self, conn: psycopg.Connection[Any], created: set[str]) -> None:
         """Before pushing a change to a Redis that lost its data (no epoch marker), write
         back every stored quota it lacks: otherwise the one model just edited would be the
-        only one Redis knows, and the others' work would be refused as "unknown model"."""
+        only one Redis knows, and the others' work would be refused as "unknown model".
+        Redis lost its data (rather than being new) if it lacks a quota stored before this
+        change (``created``: the models this change creates); then the recovery hold
+        starts too."""
         if self.router is None:
             return
         try:
@@ -280,7 +283,8 @@ class QuotaStore:
             rows = conn.execute(sql.SQL("SELECT model, quota FROM {}")
                                 .format(quota_table(self._names))).fetchall()
             restored = self.router.sync_quotas(
-                {m: ModelQuota.model_validate(q) for m, q in rows})
+                {m: ModelQuota.model_validate(q) for m, q in rows},
+                after_loss=any(m not in created for m, _ in rows))
         except Exception as err:
             raise QuotaStoreError(
                 f"cannot restore the stored quotas to the router's Redis ({err}); nothing "

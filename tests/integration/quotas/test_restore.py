@@ -3,6 +3,7 @@ PostgreSQL and obeys them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -21,7 +22,9 @@ def test_sync_client_restores_then_obeys(quota_store: QuotaStore, namespace: str
     quota_store.put("m", QUOTA, actor="a")
     quota_store.put("other", {**QUOTA, "enabled": False}, actor="a")
     assert lose_redis() > 0
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    # recovery_share 1: no hold after the loss (test_the_recovery_hold covers it)
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace,
+                                                             recovery_share=1.0))
     client.quota_source = quota_store.quotas
     try:
         decisions = [client.admit(10) for _ in range(4)]
@@ -110,7 +113,7 @@ async def test_async_client_restores_for_a_batch(quota_store: QuotaStore, namesp
     quota_store.put("m", QUOTA, actor="a")
     lose_redis()
     client = AsyncRouterClient(aioredis.Redis.from_url(redis_url),
-                               RouterSettings(namespace=namespace),
+                               RouterSettings(namespace=namespace, recovery_share=1.0),
                                quota_source=quota_store.quotas)
     try:
         decisions = await client.admit_many([AdmitRequest(estimated_tokens=10)
@@ -131,7 +134,9 @@ def test_a_change_after_a_loss_brings_back_the_other_quotas(
     quota_store.patch("keep1", {"rpm": 5}, actor="a")
     assert sorted(router.get_quotas()) == ["keep1", "keep2"]
     assert router.get_quota("keep1").rpm == 5  # the change itself, not the old value
-    assert isinstance(router.admit(10, models=["keep2"]), Admission)
+    # keep2 is known (not "unknown model"): it waits out the recovery hold like keep1
+    decision = router.admit(10, models=["keep2"])
+    assert isinstance(decision, Wait) and decision.reason == "recovery", decision
 
 
 def test_admission_restores_a_model_missing_after_a_loss(
@@ -142,7 +147,8 @@ def test_admission_restores_a_model_missing_after_a_loss(
     quota_store.put("keep1", QUOTA, actor="a")
     quota_store.put("keep2", QUOTA, actor="a")
     lose_redis()
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace),
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace,
+                                                             recovery_share=1.0),
                                    quota_source=quota_store.quotas)
     try:
         client.set_quota("keep1", QUOTA)
@@ -165,5 +171,37 @@ def test_a_deleted_model_stays_deleted(quota_store: QuotaStore, namespace: str,
             client.admit(10, models=["gone"])
         assert err.value.reason == "unknown_model"
         assert sorted(client.get_quotas()) == ["m"]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5])
+def test_the_recovery_hold(quota_store: QuotaStore, namespace: str, redis_url: str,
+                           lose_redis: Callable[[], int], share: float) -> None:
+    """After a loss the calls sent just before it are unknown to Redis: for one window +
+    guard each model is admitted at the recovery share of its quota (0: not at all), then
+    at its whole quota again. A new namespace's first quota starts no hold."""
+    window = {"rpm": 10, "tpm": 10**6, "max_concurrency": 100, "window_s": 0.5}
+    quota_store.put("m", window, actor="a")
+    client = RouterClient.from_url(
+        redis_url, RouterSettings(namespace=namespace, recovery_share=share, guard_ms=50),
+        quota_source=quota_store.quotas)
+    try:
+        first = client.admit(1)
+        assert isinstance(first, Admission)  # a first quota is no loss: no hold
+        lose_redis()
+        lost_at = time.monotonic()
+        held = [client.admit(1) for _ in range(10)]
+        admitted = [d for d in held if isinstance(d, Admission)]
+        assert len(admitted) == int(10 * share), held
+        waits = [d for d in held if isinstance(d, Wait)]
+        assert waits and all(w.reason == ("recovery" if share == 0 else "rpm")
+                             for w in waits), waits
+        # the hold ends one window + guard after the loss was found
+        got = client.wait_for_admission(AdmitRequest(1), timeout_s=5)
+        assert got is not None and time.monotonic() - lost_at >= 0.5
+        lost_after = time.monotonic() - lost_at
+        more = [client.admit(1) for _ in range(10)]
+        assert sum(isinstance(d, Admission) for d in more) >= 4, (lost_after, more)
     finally:
         client.close()

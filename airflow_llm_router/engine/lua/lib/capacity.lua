@@ -50,6 +50,7 @@ end
 local function blocked(st, need, res)
   local q = st.q
   if st.cool > NOW then return st.cool - NOW, 'cooldown' end
+  if st.recover_until and st.share <= 0 then return st.recover_until - NOW, 'recovery' end
   if st.open > NOW then return st.open - NOW, 'breaker' end
   if st.open > 0 and st.probe then
     model_flush(st)

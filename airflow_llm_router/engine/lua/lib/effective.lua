@@ -47,6 +47,7 @@ local function eff_quota(q, f)
   if f >= 1 then return q end
   local e = {}
   for k, v in pairs(q) do e[k] = v end
+  f = math.max(f, 1e-9)  -- share 0 (a recovery pause) is enforced by capacity.blocked
   e.rpm = math.max(1, math.floor(q.rpm * f + 1e-6))
   e.tpm = math.max(1, math.floor(q.tpm * f + 1e-6))
   e.conc = math.max(1, math.ceil(q.conc * f - 1e-6))

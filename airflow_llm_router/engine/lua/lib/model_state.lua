@@ -45,9 +45,10 @@ end
 
 -- Every quota (decoded when first used) and learned output estimate, read with one
 -- HGETALL each per script call: choosing a model then costs no call per model.
-local QUOTA, EST, NAMES = nil, nil, nil
+local QUOTA, EST, NAMES, RECOVER_AT = nil, nil, nil, nil
 local function read_quotas()
   QUOTA, EST, NAMES = {}, {}, {}
+  RECOVER_AT = tonumber(redis.call('GET', K_RECOVER))
   local raw = redis.call('HGETALL', K_QUOTAS)
   for k = 1, #raw, 2 do
     QUOTA[raw[k]] = raw[k + 1]
@@ -124,6 +125,12 @@ local function load_model(m)
   st.cool, st.open, st.probe = tonumber(h[1]) or 0, tonumber(h[2]) or 0, h[3]
   -- the limits admission holds it to: the quota, scaled by the learned share
   st.share = eff_share(view.q, tonumber(h[4]), tonumber(h[5]) or 0, tonumber(h[6]))
+  -- after Redis lost its data, the calls sent just before are unknown: one window + guard
+  -- at the recovery share (0: none) keeps every window within the target
+  if RECOVER_AT and NOW < RECOVER_AT + view.q.win + GUARD then
+    st.recover_until = RECOVER_AT + view.q.win + GUARD
+    st.share = math.min(st.share, RECOVERY_SHARE)
+  end
   st.q = eff_quota(view.q, st.share)
   reclaim(m)
   trim(m, view.q.win)
