@@ -1,0 +1,273 @@
+"""Soak: a long drain with faults injected all along, checked by the backend's own counters,
+the task store and the memory of the solver and of Redis. On demand, not in CI:
+
+    python -m bench.soak                   # 10,000 prompts, ~10 % faults
+    python -m bench.soak --prompts 300     # the quick mode (under a minute)
+
+What runs: the simulator in its own process with ``--fault-rate`` of its accepted calls
+failing (half 5xx, half timeouts answered 504 after the provider's timeout); a private
+``redis-server`` on a free loopback port (restarted without persistence once the backlog
+is half solved: every key lost); quotas kept in a ``QuotaStore`` (restored from PostgreSQL
+after the loss); two drains of the real ``DrainTrigger``: one in this process, one in a
+child process that gets SIGKILL once a fifth of the backlog is solved (its claims expire
+and the first drain takes them).
+
+Checks (each printed PASS/FAIL; any FAIL makes the exit code 1):
+
+- none lost: every task solved or dead-lettered, none pending or claimed;
+- none twice: calls the backend completed - tasks solved <= the calls in flight at the kill
+  (backend requests at the kill - tasks solved at the kill), the only answers a crash can
+  lose (a Redis restart loses none);
+- no window over target: the simulator's ``violations`` (strict sliding windows) is 0;
+- memory flat: RSS of this process and Redis ``used_memory`` at start, middle (after the
+  restart) and end; from middle to end neither grows by more than half.
+
+A JSON summary is printed and written to ``--out`` if given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import redis
+from psycopg import sql
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.quotas import QuotaStore
+from airflow_llm_router.store import TaskStore
+from airflow_llm_router.triggers.solve import DrainTrigger
+from llm_router_devkit.demo.router_quotas import router_quotas
+from llm_router_devkit.redis_tools import PrivateRedis
+from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.simulator.server import SimulatorProcess
+
+DEFAULT_DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN",
+                             "postgresql://postgres@127.0.0.1:5432/test")
+CLAIM_TTL_S = 5.0
+#: Growth from the middle sample to the end that counts as a leak.
+MAX_GROWTH = 0.5
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=10_000, help="tasks in the backlog")
+    parser.add_argument("--time-scale", type=float, default=300.0,
+                        help="simulator speed-up (the 60 s window lasts 60/scale s)")
+    parser.add_argument("--fault-rate", type=float, default=0.1,
+                        help="share of accepted calls that fail (half 5xx, half timeouts)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--postgres-dsn", default=DEFAULT_DSN)
+    parser.add_argument("--out", type=Path, help="also write the JSON summary here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def _drain(schema: str, worker_id: str, seconds: float) -> DrainTrigger:
+    return DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
+        worker_id=worker_id,
+        settings={"claim_ttl_s": CLAIM_TTL_S, "claim_batch": 200, "max_in_flight": 200,
+                  "backoff_s": 0.05, "max_errors": 10, "progress_every_s": 30},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + seconds)
+
+
+async def _run_drain(schema: str, worker_id: str, seconds: float) -> dict[str, Any]:
+    event = await anext(_drain(schema, worker_id, seconds).run())
+    return dict(event.payload)
+
+
+def _rss_mb() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+
+
+def _used_memory_mb(url: str) -> float:
+    with redis.Redis.from_url(url) as client:
+        return round(int(client.info("memory")["used_memory"]) / 2**20, 2)
+
+
+class Soak:
+    def __init__(self, opts: argparse.Namespace, stack: ExitStack) -> None:
+        self.opts = opts
+        self.id = uuid.uuid4().hex[:8]
+        self.schema = f"llmr_soak_{self.id}"
+        self.namespace = f"soak-{self.id}"
+        self.redis = PrivateRedis()
+        self.redis.start()
+        stack.callback(self.redis.close)
+        rate = opts.fault_rate / 2
+        self.profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed,
+                                                error_rate=rate, timeout_rate=rate)
+        self.sim = stack.enter_context(SimulatorProcess(self.profile))
+        self.store = TaskStore(opts.postgres_dsn, schema=self.schema)
+        stack.callback(self._drop_schema)
+        stack.callback(self.store.close)
+        os.environ.update({
+            "AIRFLOW_CONN_LLM_ROUTER_DEFAULT": json.dumps(
+                {"conn_type": "llm_router", "host": "127.0.0.1", "port": self.redis.port,
+                 "extra": {"namespace": self.namespace, "lease_ttl_s": 10,
+                           "quota_schema": self.schema}}),
+            "AIRFLOW_CONN_POSTGRES_DEFAULT": opts.postgres_dsn,
+            "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(
+                {"conn_type": "models_backend", "host": self.sim.url,
+                 "extra": {"timeout_s": 30}}),
+        })
+        self.memory: dict[str, dict[str, float]] = {}
+        self.events: dict[str, Any] = {}
+
+    def _drop_schema(self) -> None:
+        with psycopg.connect(self.opts.postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE")
+                         .format(sql.Identifier(self.schema)))
+
+    def seed(self) -> None:
+        self.store.migrate()
+        router = RouterClient.from_url(self.redis.url,
+                                       RouterSettings(namespace=self.namespace))
+        try:
+            quotas = QuotaStore(self.opts.postgres_dsn, router, schema=self.schema)
+            quotas.migrate()
+            for model, quota in router_quotas(self.profile).items():
+                quotas.put(model, quota, actor="soak")
+        finally:
+            router.close()
+        batch = 1000
+        for start in range(0, self.opts.prompts, batch):
+            self.store.enqueue([f"soak prompt {i}: summarise record {i} in one line."
+                                for i in range(start, min(start + batch, self.opts.prompts))])
+
+    def sample(self, when: str) -> None:
+        self.memory[when] = {"solver_rss_mb": _rss_mb(),
+                             "redis_used_memory_mb": _used_memory_mb(self.redis.url)}
+
+    def backend(self) -> dict[str, Any]:
+        return dict(httpx.get(f"{self.sim.url}/stats", timeout=10).json()["totals"])
+
+    async def run(self) -> None:
+        n = self.opts.prompts
+        budget = max(120.0, n / 20)
+        self.sample("start")
+        started = time.monotonic()
+        victim = subprocess.Popen(
+            [sys.executable, "-m", "bench.soak", "--worker", "--postgres-dsn",
+             self.opts.postgres_dsn, "--prompts", str(n)],
+            env={**os.environ, "LLMR_SOAK_SCHEMA": self.schema,
+                 "LLMR_SOAK_BUDGET": str(budget)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=Path(__file__).resolve().parents[1])
+        try:
+            main = asyncio.create_task(_run_drain(self.schema, "soak-main", budget))
+            killed = restarted = False
+            while not main.done():
+                await asyncio.sleep(0.1)
+                solved = await asyncio.to_thread(lambda: self.store.counts()["solved"])
+                if not killed and solved >= n // 5:
+                    victim.send_signal(signal.SIGKILL)
+                    victim.wait()
+                    killed = True
+                    at_kill = await asyncio.to_thread(self.backend)
+                    solved_at_kill = (await asyncio.to_thread(self.store.counts))["solved"]
+                    self.events["kill"] = {
+                        "at_s": round(time.monotonic() - started, 1),
+                        "solved": solved_at_kill,
+                        "in_flight": at_kill["requests"] - solved_at_kill}
+                if killed and not restarted and solved >= n // 2:
+                    self.redis.stop()  # every key gone, as after a crash
+                    await asyncio.sleep(0.5)
+                    self.redis.start()
+                    restarted = True
+                    self.events["redis_restart"] = {
+                        "at_s": round(time.monotonic() - started, 1), "solved": solved}
+                    self.sample("middle")
+            self.events["drain"] = await main
+            self.events["seconds"] = round(time.monotonic() - started, 1)
+        finally:
+            if victim.poll() is None:
+                victim.kill()
+                victim.wait()
+        self.sample("end")
+
+    def checks(self) -> list[tuple[str, bool, str]]:
+        n = self.opts.prompts
+        counts = self.store.counts()
+        totals = self.backend()
+        kill = self.events.get("kill", {"in_flight": 0})
+        repeated = totals["completed"] - counts["solved"]
+        out = [
+            ("none lost", counts["solved"] + counts["dead"] == n
+             and counts["pending"] == counts["claimed"] == 0, json.dumps(counts)),
+            ("none twice", 0 <= repeated <= kill["in_flight"],
+             f"{repeated} repeated calls, {kill['in_flight']} in flight at the kill"),
+            ("no window over target", totals["violations"] == 0,
+             f"violations {totals['violations']}, 429s {totals['rejected_429']}"),
+            ("faults injected", totals["errors"] + totals["timeouts"] > 0
+             and "kill" in self.events and "redis_restart" in self.events,
+             f"{totals['errors']} 5xx, {totals['timeouts']} timeouts, one kill, one restart"),
+        ]
+        if "middle" in self.memory:
+            for key in ("solver_rss_mb", "redis_used_memory_mb"):
+                mid, end = self.memory["middle"][key], self.memory["end"][key]
+                out.append((f"{key} flat", end <= mid * (1 + MAX_GROWTH) + 1.0,
+                            f"start {self.memory['start'][key]}, middle {mid}, end {end}"))
+        self.events["backend"] = totals
+        self.events["counts"] = counts
+        return out
+
+
+def _worker(opts: argparse.Namespace) -> int:
+    """The drain that gets killed (a child process sharing the environment)."""
+    schema = os.environ["LLMR_SOAK_SCHEMA"]
+    asyncio.run(_run_drain(schema, "soak-victim", float(os.environ["LLMR_SOAK_BUDGET"])))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = _parser().parse_args(argv)
+    if opts.worker:
+        return _worker(opts)
+    if opts.prompts < 10 or opts.time_scale <= 0 or not 0 <= opts.fault_rate <= 1:
+        print("error: --prompts must be >= 10, --time-scale > 0 and --fault-rate in [0, 1]",
+              file=sys.stderr)
+        return 2
+    with ExitStack() as stack:
+        try:
+            soak = Soak(opts, stack)
+            soak.seed()
+            asyncio.run(soak.run())
+            results = soak.checks()
+        except KeyboardInterrupt:
+            print("\ninterrupted; services stopped", file=sys.stderr)
+            return 130
+        except Exception as err:  # one error line, never a traceback
+            print(f"error: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
+            return 2
+    for name, ok, detail in results:
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+    summary = {"prompts": opts.prompts, "time_scale": opts.time_scale,
+               "fault_rate": opts.fault_rate, "memory": soak.memory, **soak.events,
+               "checks": {name: ok for name, ok, _ in results}}
+    print(json.dumps(summary))
+    if opts.out:
+        opts.out.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0 if all(ok for _, ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
