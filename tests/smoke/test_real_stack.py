@@ -98,6 +98,30 @@ def set_quotas(router: RouterClient, profile: SimulatorProfile) -> None:
         })
 
 
+def new_stack(names: Names, pg: PgServer, cleanup: ExitStack, home: Path, dags_folder: Path,
+              backend_url: str, *, router_extra: dict[str, object] | None = None,
+              extra_env: dict[str, str] | None = None) -> AirflowStack:
+    """The run's metadata database (dropped by ``cleanup``) and an Airflow stack on it whose
+    connections point at the shared Redis (the run's namespace), PostgreSQL and the
+    backend; the DAGs read the store schema from ``LLMR_SMOKE_STORE_SCHEMA``."""
+    pg.create_database(names.database)
+    cleanup.callback(pg.drop_database, names.database)
+    return AirflowStack(
+        home=home,
+        dags_folder=dags_folder,
+        sql_alchemy_conn=pg.sqlalchemy_url(names.database),
+        connections={
+            "llm_router_default": {"conn_type": "llm_router", "host": "127.0.0.1",
+                                   "port": 6379,
+                                   "extra": {"namespace": names.namespace,
+                                             **(router_extra or {})}},
+            "postgres_default": pg.airflow_conn(),
+            "models_backend_default": {"conn_type": "models_backend", "host": backend_url},
+        },
+        extra_env={"LLMR_SMOKE_STORE_SCHEMA": names.schema, **(extra_env or {})},
+    )
+
+
 # -- evidence of overlap ------------------------------------------------------------------
 
 _TRIGGER_ID = re.compile(r"\(ID (\d+)\)")
@@ -213,21 +237,7 @@ def test_drain_dag_on_the_real_stack(tmp_path: Path) -> None:
         store.enqueue([f"Smoke prompt {i}: summarise record {i} of the backlog in one line."
                        for i in range(BACKLOG)])
         measured["seed_s"] = time.monotonic() - t0
-        pg.create_database(names.database)
-        cleanup.callback(pg.drop_database, names.database)
-        stack = AirflowStack(
-            home=home,
-            dags_folder=DAGS_FOLDER,
-            sql_alchemy_conn=pg.sqlalchemy_url(names.database),
-            connections={
-                "llm_router_default": {"conn_type": "llm_router", "host": "127.0.0.1",
-                                       "port": 6379,
-                                       "extra": {"namespace": names.namespace}},
-                "postgres_default": pg.airflow_conn(),
-                "models_backend_default": {"conn_type": "models_backend", "host": sim.url},
-            },
-            extra_env={"LLMR_SMOKE_STORE_SCHEMA": names.schema},
-        )
+        stack = new_stack(names, pg, cleanup, home, DAGS_FOLDER, sim.url)
         measured["setup_s"] = time.monotonic() - t0
 
         mark = time.monotonic()

@@ -54,7 +54,7 @@ from airflow_llm_router.store import TaskStore
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
 from llm_router_devkit.stack import AirflowStack, PgServer, wait_for
 from tests.conftest import POSTGRES_DSN, REDIS_URL, delete_namespace
-from tests.smoke.test_real_stack import Names, dag_parsed, set_quotas, task_errors
+from tests.smoke.test_real_stack import Names, dag_parsed, new_stack, set_quotas, task_errors
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -107,28 +107,13 @@ def test_a_killed_triggerer_loses_no_task_and_repeats_only_calls_in_flight(
         store.migrate()
         store.enqueue([f"Crash prompt {i}: summarise record {i} in one line."
                        for i in range(BACKLOG)])
-        pg.create_database(names.database)
-        cleanup.callback(pg.drop_database, names.database)
-        stack = AirflowStack(
-            home=home,
-            dags_folder=DAGS_FOLDER,
-            sql_alchemy_conn=pg.sqlalchemy_url(names.database),
-            connections={
-                "llm_router_default": {"conn_type": "llm_router", "host": "127.0.0.1",
-                                       "port": 6379,
-                                       "extra": {"namespace": names.namespace,
-                                                 "lease_ttl_s": LEASE_TTL_S}},
-                "postgres_default": pg.airflow_conn(),
-                "models_backend_default": {"conn_type": "models_backend", "host": sim.url},
-            },
-            extra_env={
-                "LLMR_SMOKE_STORE_SCHEMA": names.schema,
-                # a triggerer heartbeats every second and looks dead 5 s after its last one,
-                # so the orphaned triggers move within seconds (defaults: 5 s and 30 s)
-                "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
-                "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5",
-            },
-        )
+        stack = new_stack(
+            names, pg, cleanup, home, DAGS_FOLDER, sim.url,
+            router_extra={"lease_ttl_s": LEASE_TTL_S},
+            # a triggerer heartbeats every second and looks dead 5 s after its last one,
+            # so the orphaned triggers move within seconds (defaults: 5 s and 30 s)
+            extra_env={"AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+                       "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5"})
         stack.cli("db", "migrate", timeout_s=60)
         cleanup.callback(stack.stop)
         stack.start()
