@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="seed of every deterministic draw")
     parser.add_argument("--error-rate", type=float, help="probability of a 500 per call")
     parser.add_argument("--timeout-rate", type=float, help="probability of a hang then 504")
+    parser.add_argument("--truncate-rate", type=float,
+                        help="probability of a 200 whose JSON body is cut in half")
     parser.add_argument("--slowdown", type=float, help="multiply every latency by this")
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
@@ -41,6 +43,7 @@ def load_profile(args: argparse.Namespace) -> SimulatorProfile:
         seed=args.seed,
         error_rate=args.error_rate,
         timeout_rate=args.timeout_rate,
+        truncate_rate=args.truncate_rate,
         slowdown=args.slowdown,
     )
 

@@ -7,13 +7,14 @@ Handlers are ``async`` and run on one event loop, so the synchronous admission i
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from llm_router_devkit.simulator import protocol as p
 from llm_router_devkit.simulator.limits import retry_after_header
@@ -49,6 +50,13 @@ def _rejection_response(rejection: Rejection) -> JSONResponse:
     return JSONResponse(_rejection_body(rejection), status_code=429, headers=headers)
 
 
+def _cut_json(body: dict[str, Any]) -> Response:
+    """A 200 carrying the first half of ``body``'s JSON: never parseable, as a dropped
+    connection behind a proxy leaves it (the length header matches what is sent)."""
+    raw = json.dumps(body).encode()
+    return Response(raw[: len(raw) // 2], status_code=200, media_type="application/json")
+
+
 def _unknown_model(model: str) -> JSONResponse:
     body = {p.ERROR: p.ERR_UNKNOWN_MODEL, p.MODEL: model, p.DETAIL: f"unknown model {model!r}"}
     return JSONResponse(body, status_code=404)
@@ -75,8 +83,9 @@ async def health(backend: Backend) -> dict[str, Any]:
 
 
 @calls.post("/single", response_model=None)
-async def single(request: p.SingleRequest, backend: Backend) -> JSONResponse:
-    """One prompt: 200 after the model's (scaled) latency, or 404/429/500/504."""
+async def single(request: p.SingleRequest, backend: Backend) -> Response:
+    """One prompt: 200 after the model's (scaled) latency (its body cut short on a truncate
+    fault), or 404/429/500/504."""
     backend.calls["single"] += 1
     try:
         admission = backend.admit(request.model, request.prompt, request.max_output_tokens)
@@ -85,6 +94,8 @@ async def single(request: p.SingleRequest, backend: Backend) -> JSONResponse:
     if isinstance(admission, Rejection):
         return _rejection_response(admission)
     outcome = await backend.run(admission)
+    if outcome.truncated:
+        return _cut_json(outcome.body)
     return JSONResponse(outcome.body, status_code=outcome.status)
 
 
@@ -110,9 +121,13 @@ def _admit_item(
     return admission
 
 
-@calls.post("/batch")
-async def batch(request: p.BatchRequest, backend: Backend) -> dict[str, Any]:
-    """Items run in parallel; the answer waits for the slowest, as the real backend does."""
+@calls.post("/batch", response_model=None)
+async def batch(request: p.BatchRequest, backend: Backend) -> dict[str, Any] | Response:
+    """Items run in parallel; the answer waits for the slowest, as the real backend does.
+
+    One truncate fault among the items cuts the whole body (it is one body), so every item
+    of that batch is lost to the client and counted ``truncated``.
+    """
     backend.calls["batch"] += 1
     backend.calls["batch_items"] += len(request.items)
     results: list[dict[str, Any]] = []
@@ -131,6 +146,11 @@ async def batch(request: p.BatchRequest, backend: Backend) -> dict[str, Any]:
             result.update({k: body[k] for k in (p.ANSWER, p.USAGE, p.LATENCY_S)})
         else:
             result[p.ERROR] = outcome.body[p.ERROR]
+    if any(outcome.truncated for outcome in outcomes):
+        for (_, admission), outcome in zip(running, outcomes, strict=True):
+            if outcome.status == 200 and not outcome.truncated:
+                backend.lost_with_batch(admission)
+        return _cut_json({p.RESULTS: results})
     return {p.RESULTS: results}
 
 

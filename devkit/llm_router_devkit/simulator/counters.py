@@ -19,7 +19,12 @@ MAX_TIMELINE_BUCKETS = 100_000
 
 @dataclass
 class ModelCounters:
-    """Counters for one model since the last reset (all times wall-clock seconds)."""
+    """Counters for one model since the last reset (all times wall-clock seconds).
+
+    ``completed`` counts answers a client could read; a 200 whose body was cut (a truncate
+    fault, or a batch cut because one of its items was) counts in ``truncated`` instead, so
+    ``completed`` minus the tasks a client solved is the number of answers paid twice.
+    """
 
     requests: int = 0
     accepted: int = 0
@@ -27,6 +32,7 @@ class ModelCounters:
     rejected_429: int = 0
     errors: int = 0
     timeouts: int = 0
+    truncated: int = 0
     tokens_offered: int = 0
     tokens_accepted: int = 0
     input_tokens_accepted: int = 0
@@ -63,6 +69,7 @@ class ModelCounters:
             "rejected_429": self.rejected_429,
             "errors": self.errors,
             "timeouts": self.timeouts,
+            "truncated": self.truncated,
             "tokens_offered": self.tokens_offered,
             "tokens_accepted": self.tokens_accepted,
             "input_tokens_accepted": self.input_tokens_accepted,

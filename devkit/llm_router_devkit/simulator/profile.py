@@ -83,6 +83,9 @@ class SimulatorProfile(BaseModel):
     :param window_s: the provider's sliding window in provider seconds (60: per-minute limits).
     :param error_rate: probability that an accepted call answers 500 after ``error_delay_s``.
     :param timeout_rate: probability that an accepted call hangs ``timeout_s`` then answers 504.
+    :param truncate_rate: probability that an accepted call runs its full latency, then
+        answers 200 with its JSON body cut in half (a connection dropped by a proxy): the
+        provider did the work and charges it, the client cannot read the answer.
     :param slowdown: multiplies every model latency (a degraded provider).
     """
 
@@ -93,6 +96,7 @@ class SimulatorProfile(BaseModel):
     window_s: float = Field(default=60.0, gt=0)
     error_rate: float = Field(default=0.0, ge=0, le=1)
     timeout_rate: float = Field(default=0.0, ge=0, le=1)
+    truncate_rate: float = Field(default=0.0, ge=0, le=1)
     timeout_s: float = Field(default=120.0, gt=0)
     error_delay_s: float = Field(default=0.5, ge=0)
     slowdown: float = Field(default=1.0, gt=0)
@@ -103,8 +107,8 @@ class SimulatorProfile(BaseModel):
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError("model names must be unique")
-        if self.error_rate + self.timeout_rate > 1:
-            raise ValueError("error_rate + timeout_rate must be <= 1")
+        if self.error_rate + self.timeout_rate + self.truncate_rate > 1:
+            raise ValueError("error_rate + timeout_rate + truncate_rate must be <= 1")
         return self
 
     @property

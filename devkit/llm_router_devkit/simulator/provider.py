@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 # Counters summed over models in ``/stats`` ``totals``.
 _TOTALS = (
-    "requests", "accepted", "completed", "rejected_429", "errors", "timeouts", "tokens_accepted"
+    "requests", "accepted", "completed", "rejected_429", "errors", "timeouts", "truncated",
+    "tokens_accepted",
 )
 
 
@@ -55,10 +56,14 @@ class Rejection:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a call ended: ``status`` is 200, 500 or 504."""
+    """How a call ended: ``status`` is 200, 500 or 504.
+
+    ``truncated``: a 200 whose body must reach the client cut short (the HTTP layer cuts it).
+    """
 
     status: int
     body: dict[str, Any]
+    truncated: bool = False
 
 
 class SimulatedBackend:
@@ -126,18 +131,30 @@ class SimulatedBackend:
         if admission.fault is Fault.TIMEOUT:
             counters.timeouts += 1
             return Outcome(504, {p.ERROR: p.ERR_TIMEOUT, p.DETAIL: "simulated provider timeout"})
+        d = admission.draw
+        body = {
+            p.MODEL: admission.model,
+            p.ANSWER: f"[{admission.model}] simulated answer {d.key.hex()[:12]}",
+            p.USAGE: {p.INPUT_TOKENS: d.input_tokens, p.OUTPUT_TOKENS: d.output_tokens},
+            p.LATENCY_S: admission.duration_s,
+        }
+        if admission.fault is Fault.TRUNCATED:
+            counters.truncated += 1
+            return Outcome(200, body, truncated=True)
         counters.completed += 1
         counters.latency_sum_s += admission.duration_s
-        d = admission.draw
-        return Outcome(
-            200,
-            {
-                p.MODEL: admission.model,
-                p.ANSWER: f"[{admission.model}] simulated answer {d.key.hex()[:12]}",
-                p.USAGE: {p.INPUT_TOKENS: d.input_tokens, p.OUTPUT_TOKENS: d.output_tokens},
-                p.LATENCY_S: admission.duration_s,
-            },
-        )
+        return Outcome(200, body)
+
+    def lost_with_batch(self, admission: Admission) -> None:
+        """Recount a completed answer as truncated: its ``/batch`` body was cut.
+
+        One body carries every item of a batch, so cutting it for one item loses them all;
+        the provider still charged each, and ``completed`` must count only readable answers.
+        """
+        counters = self.counters[admission.model]
+        counters.completed -= 1
+        counters.latency_sum_s -= admission.duration_s
+        counters.truncated += 1
 
     def _duration(self, d: Draw, fault: Fault) -> float:
         profile = self.profile

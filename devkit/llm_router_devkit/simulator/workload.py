@@ -28,6 +28,7 @@ class Fault(enum.Enum):
     NONE = "none"
     ERROR = "error"
     TIMEOUT = "timeout"
+    TRUNCATED = "truncated"
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def draw_fault(profile: SimulatorProfile, key: bytes, attempt: int) -> Fault:
     Mixing in the attempt lets a retry of a failed prompt succeed, as with a real provider,
     while a rerun of the same workload (after ``/stats/reset``) fails the same attempts.
     """
-    if profile.error_rate <= 0 and profile.timeout_rate <= 0:
+    if profile.error_rate <= 0 and profile.timeout_rate <= 0 and profile.truncate_rate <= 0:
         return Fault.NONE
     h = hashlib.blake2b(key, digest_size=8, person=b"llmr-sim-fault")
     h.update(attempt.to_bytes(8, "big"))
@@ -127,4 +128,6 @@ def draw_fault(profile: SimulatorProfile, key: bytes, attempt: int) -> Fault:
         return Fault.ERROR
     if u < profile.error_rate + profile.timeout_rate:
         return Fault.TIMEOUT
+    if u < profile.error_rate + profile.timeout_rate + profile.truncate_rate:
+        return Fault.TRUNCATED
     return Fault.NONE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -157,6 +158,35 @@ def test_timeout_rate_one_hangs_then_504(serve: ServeFactory) -> None:
     assert response.status_code == 504
     assert time.monotonic() - started >= 0.1
     assert httpx.get(f"{sim.url}/stats").json()["models"]["m"]["timeouts"] == 1
+
+
+def test_truncate_rate_one_answers_200_with_a_cut_json_body(serve: ServeFactory) -> None:
+    sim = serve(time_scale=600, truncate_rate=1.0, models=[model("m"), model("n")])
+    response = httpx.post(f"{sim.url}/single", json={"model": "m", "prompt": "p"})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.text.startswith('{"model": "m", "answer"')
+    with pytest.raises(json.JSONDecodeError):
+        response.json()
+    m = httpx.get(f"{sim.url}/stats").json()["models"]["m"]
+    assert (m["accepted"], m["completed"], m["truncated"]) == (1, 0, 1)
+
+
+def test_one_truncated_item_cuts_the_whole_batch(serve: ServeFactory) -> None:
+    sim = serve(time_scale=600, models=[model("m"), model("n")])
+    profile = httpx.get(f"{sim.url}/profile").json()
+    assert profile["truncate_rate"] == 0
+    clean = httpx.post(f"{sim.url}/batch", json={"items": [
+        {"id": "1", "model": "m", "prompt": "q"}]})
+    assert clean.json()["results"][0]["status"] == 200
+    cut = serve(time_scale=600, truncate_rate=0.5, models=[model("m"), model("n")])
+    items = [{"id": str(i), "model": "m", "prompt": f"q{i}"} for i in range(12)]
+    response = httpx.post(f"{cut.url}/batch", json={"items": items})
+    assert response.status_code == 200
+    with pytest.raises(json.JSONDecodeError):
+        response.json()
+    m = httpx.get(f"{cut.url}/stats").json()["models"]["m"]
+    assert (m["accepted"], m["completed"], m["truncated"]) == (12, 0, 12)
 
 
 def test_a_retry_of_a_failed_prompt_can_succeed(serve: ServeFactory) -> None:

@@ -106,3 +106,29 @@ async def test_run_reports_usage_and_frees_the_slot() -> None:
     }
     assert backend.limiters["m"].in_flight == 0
     assert backend.stats()["models"]["m"]["completed"] == 1
+
+
+async def test_a_truncate_fault_is_charged_and_counted_apart_from_completed() -> None:
+    backend, _ = make_backend(time_scale=6000.0, truncate_rate=1.0)
+    admission = backend.admit("m", "hello there")
+    assert isinstance(admission, Admission)
+    outcome = await backend.run(admission)
+    assert (outcome.status, outcome.truncated) == (200, True)
+    assert outcome.body["answer"]  # the whole answer, for the HTTP layer to cut
+    stats = backend.stats()
+    m = stats["models"]["m"]
+    assert (m["accepted"], m["completed"], m["truncated"]) == (1, 0, 1)
+    assert m["tokens_accepted"] == admission.draw.total_tokens
+    assert stats["totals"]["truncated"] == 1
+    assert backend.limiters["m"].in_flight == 0
+
+
+async def test_an_answer_lost_with_its_batch_moves_from_completed_to_truncated() -> None:
+    backend, _ = make_backend(time_scale=6000.0)
+    admission = backend.admit("m", "hello there")
+    assert isinstance(admission, Admission)
+    outcome = await backend.run(admission)
+    assert not outcome.truncated
+    backend.lost_with_batch(admission)
+    m = backend.stats()["models"]["m"]
+    assert (m["completed"], m["truncated"], m["mean_latency_s"]) == (0, 1, None)

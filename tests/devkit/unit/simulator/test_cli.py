@@ -23,3 +23,9 @@ def test_command_line_overrides_the_profile_file(tmp_path: Path) -> None:
     assert (profile.time_scale, profile.seed) == (60, 1)
     kept = load_profile(_parser().parse_args(["--profile", str(path)]))
     assert (kept.time_scale, kept.seed) == (10, 5)
+
+
+def test_truncate_rate_from_the_command_line() -> None:
+    profile = load_profile(_parser().parse_args(["--truncate-rate", "0.05"]))
+    assert profile.truncate_rate == 0.05
+    assert load_profile(_parser().parse_args([])).truncate_rate == 0

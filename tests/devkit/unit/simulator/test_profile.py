@@ -56,6 +56,8 @@ def _model(**changes: Any) -> dict[str, Any]:
         {"time_scale": 0, "models": [_model()]},
         {"window_s": -1, "models": [_model()]},
         {"error_rate": 0.6, "timeout_rate": 0.5, "models": [_model()]},
+        {"error_rate": 0.4, "timeout_rate": 0.3, "truncate_rate": 0.4, "models": [_model()]},
+        {"truncate_rate": -0.1, "models": [_model()]},
         {"models": [_model(), _model()]},
         {"models": [_model(median_s=200)]},
         {"models": [_model(min_s=3, max_s=2)]},

@@ -104,3 +104,17 @@ def test_faults_are_deterministic_per_attempt() -> None:
     assert outcomes == [draw_fault(half, key, a) for a in range(2000)]
     assert outcomes.count(Fault.NONE) / 2000 == pytest.approx(0.5, abs=0.05)
     assert outcomes.count(Fault.ERROR) / 2000 == pytest.approx(0.25, abs=0.05)
+
+
+def test_truncate_faults_take_their_own_share_after_errors_and_timeouts() -> None:
+    key = prompt_key(1, "m", "p")
+    cut = SimulatorProfile.default(truncate_rate=1.0)
+    assert all(draw_fault(cut, key, a) is Fault.TRUNCATED for a in range(20))
+    thirds = SimulatorProfile.default(error_rate=0.1, timeout_rate=0.1, truncate_rate=0.1)
+    outcomes = [draw_fault(thirds, key, a) for a in range(3000)]
+    for fault in (Fault.ERROR, Fault.TIMEOUT, Fault.TRUNCATED):
+        assert outcomes.count(fault) / 3000 == pytest.approx(0.1, abs=0.03), fault
+    # Adding truncations leaves the errors and timeouts of each attempt where they were.
+    before = SimulatorProfile.default(error_rate=0.1, timeout_rate=0.1)
+    assert all(draw_fault(before, key, a) is f for a, f in enumerate(outcomes)
+               if f is not Fault.TRUNCATED)
