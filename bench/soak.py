@@ -5,23 +5,29 @@ the task store and the memory of the solver and of Redis. On demand, not in CI:
     python -m bench.soak --prompts 300     # the quick mode (under a minute)
 
 What runs: the simulator in its own process with ``--fault-rate`` of its accepted calls
-failing (half 5xx, half timeouts answered 504 after the provider's timeout); a private
-``redis-server`` on a free loopback port (restarted without persistence once the backlog
-is half solved: every key lost); quotas kept in a ``QuotaStore`` (restored from PostgreSQL
-after the loss); two drains of the real ``DrainTrigger``: one in this process, one in a
-child process that gets SIGKILL once a fifth of the backlog is solved (its claims expire
-and the first drain takes them).
+failing, a third each: 500s, timeouts (504 after the provider's timeout) and 200s whose
+JSON body is cut in half (the provider charged them, the client cannot read them); a
+private ``redis-server`` on a free loopback port; quotas kept in a ``QuotaStore``; two
+drains of the real ``DrainTrigger``. First one in a child process, SIGKILLed once it has
+solved a fifth of the backlog (holding claims and calls in flight); then one in this
+process that takes over: it finds the dead drain's live claims, waits for them to lapse
+(``CLAIM_TTL_S``) and solves the rest. Once it has solved half of what the kill left,
+Redis is restarted without persistence (every key lost; quotas come back from
+PostgreSQL).
 
 Checks (each printed PASS/FAIL; any FAIL makes the exit code 1):
 
 - none lost: every task solved or dead-lettered, none pending or claimed;
-- none twice: calls the backend completed - tasks solved <= the calls in flight at the kill
-  (backend requests at the kill - tasks solved at the kill), the only answers a crash can
-  lose (a Redis restart loses none);
+- none twice: answers the backend completed (readable ones: cut bodies are counted apart)
+  - tasks solved <= the answers the kill could lose: those completed or still running at
+  the backend just after the kill, less the tasks already solved (the killed drain's
+  answers not yet written are among them). A Redis restart loses none: answers are written
+  to the store before they are settled in Redis, so its bound is not added (its own
+  figure, taken the same way, is reported);
 - no window over target: the simulator's ``violations`` (strict sliding windows) is 0;
 - memory flat: RSS of this process and Redis ``used_memory`` at start, middle (three
-  quarters solved, after the restart) and end; from middle to end neither grows by more
-  than half.
+  quarters of what the kill left solved, after the restart) and end; from middle to end
+  neither grows by more than half.
 
 A JSON summary is printed and written to ``--out`` if given.
 """
@@ -35,12 +41,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import psycopg
@@ -60,6 +67,8 @@ from llm_router_devkit.simulator.server import SimulatorProcess
 DEFAULT_DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN",
                              "postgresql://postgres@127.0.0.1:5432/test")
 CLAIM_TTL_S = 5.0
+#: How often the store is polled for progress (a count of the table: cheap at this size).
+POLL_S = 0.02
 #: Growth from the middle sample to the end that counts as a leak.
 MAX_GROWTH = 0.5
 
@@ -71,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=float, default=300.0,
                         help="simulator speed-up (the 60 s window lasts 60/scale s)")
     parser.add_argument("--fault-rate", type=float, default=0.1,
-                        help="share of accepted calls that fail (half 5xx, half timeouts)")
+                        help="share of accepted calls that fail (a third each: 500s, "
+                        "timeouts, truncated JSON)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--postgres-dsn", default=DEFAULT_DSN)
     parser.add_argument("--out", type=Path, help="also write the JSON summary here")
@@ -113,9 +123,10 @@ class Soak:
         self.redis = PrivateRedis()
         self.redis.start()
         stack.callback(self.redis.close)
-        rate = opts.fault_rate / 2
+        rate = opts.fault_rate / 3
         self.profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed,
-                                                error_rate=rate, timeout_rate=rate)
+                                                error_rate=rate, timeout_rate=rate,
+                                                truncate_rate=rate)
         self.sim = stack.enter_context(SimulatorProcess(self.profile))
         self.store = TaskStore(opts.postgres_dsn, schema=self.schema)
         stack.callback(self._drop_schema)
@@ -159,69 +170,113 @@ class Soak:
                              "redis_used_memory_mb": _used_memory_mb(self.redis.url)}
 
     def backend(self) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.sim.url}/stats", timeout=10).json()["totals"])
+        """The backend's totals, with ``in_flight``: accepted calls still running."""
+        stats = httpx.get(f"{self.sim.url}/stats", timeout=10).json()
+        totals = dict(stats["totals"])
+        totals["in_flight"] = sum(m["in_flight"] for m in stats["models"].values())
+        return totals
+
+    def exposed(self) -> dict[str, int]:
+        """Answers a crash now could lose: completed or running at the backend, less the
+        tasks solved. Solved is read first, so the drains still working can only add to
+        the backend's figures: the bound errs high, never low."""
+        solved = self.store.counts()["solved"]
+        totals = self.backend()
+        return {"solved": solved, "completed": totals["completed"],
+                "running": totals["in_flight"],
+                "in_flight": totals["completed"] + totals["in_flight"] - solved}
 
     async def run(self) -> None:
+        """The killed drain alone until a fifth is solved, then the drain that takes over
+        (its claims lapse after ``CLAIM_TTL_S``) with the Redis restart at half."""
         n = self.opts.prompts
         budget = max(120.0, n / 20)
         self.sample("start")
         started = time.monotonic()
-        victim = subprocess.Popen(
-            [sys.executable, "-m", "bench.soak", "--worker", "--postgres-dsn",
-             self.opts.postgres_dsn, "--prompts", str(n)],
-            env={**os.environ, "LLMR_SOAK_SCHEMA": self.schema,
-                 "LLMR_SOAK_BUDGET": str(budget)},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            cwd=Path(__file__).resolve().parents[1])
-        try:
-            main = asyncio.create_task(_run_drain(self.schema, "soak-main", budget))
-            killed = restarted = False
-            while not main.done():
-                await asyncio.sleep(0.1)
-                solved = await asyncio.to_thread(lambda: self.store.counts()["solved"])
-                if not killed and solved >= n // 5:
-                    victim.send_signal(signal.SIGKILL)
+        with tempfile.TemporaryFile() as log:
+            victim = subprocess.Popen(
+                [sys.executable, "-m", "bench.soak", "--worker", "--postgres-dsn",
+                 self.opts.postgres_dsn, "--prompts", str(n)],
+                env={**os.environ, "LLMR_SOAK_SCHEMA": self.schema,
+                     "LLMR_SOAK_BUDGET": str(budget)},
+                stdout=subprocess.DEVNULL, stderr=log, cwd=Path(__file__).resolve().parents[1])
+            try:
+                await self._kill_mid_run(victim, log, started + budget)
+            finally:
+                if victim.poll() is None:
+                    victim.kill()
                     victim.wait()
-                    killed = True
-                    at_kill = await asyncio.to_thread(self.backend)
-                    solved_at_kill = (await asyncio.to_thread(self.store.counts))["solved"]
-                    self.events["kill"] = {
-                        "at_s": round(time.monotonic() - started, 1),
-                        "solved": solved_at_kill,
-                        "in_flight": at_kill["requests"] - solved_at_kill}
-                if killed and not restarted and solved >= n // 2:
-                    self.redis.stop()  # every key gone, as after a crash
-                    await asyncio.sleep(0.5)
-                    self.redis.start()
-                    restarted = True
-                    self.events["redis_restart"] = {
-                        "at_s": round(time.monotonic() - started, 1), "solved": solved}
-                if restarted and "middle" not in self.memory and solved >= 3 * n // 4:
-                    self.sample("middle")  # in the steady state after the restart
-            self.events["drain"] = await main
-            self.events["seconds"] = round(time.monotonic() - started, 1)
-        finally:
-            if victim.poll() is None:
-                victim.kill()
-                victim.wait()
+        self.events["kill"]["at_s"] = round(time.monotonic() - started, 1)
+        await self._take_over(budget)
+        self.events["seconds"] = round(time.monotonic() - started, 1)
         self.sample("end")
+
+    async def _kill_mid_run(self, victim: subprocess.Popen[bytes], log: IO[bytes],
+                            deadline: float) -> None:
+        """SIGKILL the child's drain once it has solved a fifth and holds claims."""
+        n = self.opts.prompts
+        while True:
+            await asyncio.sleep(POLL_S)
+            counts = await asyncio.to_thread(self.store.counts)
+            if counts["solved"] >= n // 5 and counts["claimed"] > 0:
+                break
+            if victim.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                tail = log.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
+                raise RuntimeError(f"the drain to be killed stopped before a fifth was solved "
+                                   f"(exit {victim.poll()}, {counts}): {tail[0]}")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        claimed = (await asyncio.to_thread(self.store.counts))["claimed"]
+        self.events["kill"] = {"stranded_claims": claimed,
+                               **await asyncio.to_thread(self.exposed)}
+
+    async def _take_over(self, budget: float) -> None:
+        """The drain of this process: it finds the dead drain's live claims, takes them
+        when they lapse, and rides out the Redis restart, made once it has solved half of
+        what the kill left (so while it is solving, whatever the backlog's size)."""
+        n = self.opts.prompts
+        left_at_kill = n - self.events["kill"]["solved"]
+        started = time.monotonic()
+        main = asyncio.create_task(_run_drain(self.schema, "soak-main", budget))
+        restarted = False
+        while not main.done():
+            await asyncio.sleep(POLL_S)
+            solved = await asyncio.to_thread(lambda: self.store.counts()["solved"])
+            if not restarted and n - solved <= left_at_kill // 2:
+                self.redis.stop()  # every key gone, as after a crash
+                exposed = await asyncio.to_thread(self.exposed)
+                await asyncio.sleep(0.5)
+                self.redis.start()
+                restarted = True
+                self.events["redis_restart"] = {
+                    "after_take_over_s": round(time.monotonic() - started, 1), **exposed}
+            if restarted and "middle" not in self.memory and n - solved <= left_at_kill // 4:
+                self.sample("middle")  # in the steady state after the restart
+        self.events["drain"] = await main
+        self.events["take_over_s"] = round(time.monotonic() - started, 1)
 
     def checks(self) -> list[tuple[str, bool, str]]:
         n = self.opts.prompts
         counts = self.store.counts()
         totals = self.backend()
         kill = self.events.get("kill", {"in_flight": 0})
-        repeated = totals["completed"] - counts["solved"]
+        restart = self.events.get("redis_restart", {})
+        self.events["repeated"] = totals["completed"] - counts["solved"]
+        repeated = self.events["repeated"]
         out = [
             ("none lost", counts["solved"] + counts["dead"] == n
              and counts["pending"] == counts["claimed"] == 0, json.dumps(counts)),
             ("none twice", 0 <= repeated <= kill["in_flight"],
-             f"{repeated} repeated calls, {kill['in_flight']} in flight at the kill"),
+             f"{repeated} answers paid twice, bound {kill['in_flight']} (in flight at the "
+             f"kill); {restart.get('in_flight', 0)} in flight at the Redis restart"),
             ("no window over target", totals["violations"] == 0,
              f"violations {totals['violations']}, 429s {totals['rejected_429']}"),
-            ("faults injected", totals["errors"] + totals["timeouts"] > 0
+            ("faults injected", min(totals["errors"], totals["timeouts"],
+                                    totals["truncated"]) > 0
              and "kill" in self.events and "redis_restart" in self.events,
-             f"{totals['errors']} 5xx, {totals['timeouts']} timeouts, one kill, one restart"),
+             f"{totals['errors']} 5xx, {totals['timeouts']} timeouts, {totals['truncated']} "
+             f"truncated JSON, one kill, one restart"),
         ]
         if "middle" in self.memory:
             for key in ("solver_rss_mb", "redis_used_memory_mb"):
