@@ -37,9 +37,17 @@ def test_the_soak_quick_mode_passes_every_check(tmp_path: Path) -> None:
     assert summary["repeated"] <= summary["kill"]["in_flight"]
 
 
-def test_bad_options_are_one_error_line_and_exit_2() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench.soak", "--prompts", "3"],
+@pytest.mark.parametrize(("args", "line"), [
+    (["--prompts", "3"], "error: --prompts must be >= 10, --time-scale > 0 and --fault-rate "
+                         "in [0, 0.5]"),
+    (["--fault-rate", "0.6"], "error: --prompts must be >= 10, --time-scale > 0 and "
+                              "--fault-rate in [0, 0.5]"),
+    (["--out", "/nonexistent-dir/soak.json"], "error: --out /nonexistent-dir/soak.json: no "
+                                              "directory /nonexistent-dir; create it or pick "
+                                              "another"),
+])
+def test_bad_options_are_one_error_line_and_exit_2(args: list[str], line: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "bench.soak", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "error: --prompts must be >= 10, --time-scale > 0 and --fault-rate in [0, 1]"]
+    assert done.stderr.strip().splitlines() == [line]
