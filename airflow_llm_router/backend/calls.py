@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
 
 from airflow_llm_router.backend.config import BackendConfig, BackendFields
+from airflow_llm_router.backend.signals import BackendSignals, read_signals
 
 __all__ = [
     "CallResult",
@@ -85,6 +86,17 @@ class CallResult:
     error: str | None = None
     latency_s: float = 0.0
     retryable: bool = True
+    #: what the backend said of its limits and timing (None: nothing, or not read)
+    signals: BackendSignals | None = None
+    #: when the request was written to the connection (epoch seconds), if it was
+    sent_at_s: float | None = None
+
+    @property
+    def arrival_delay_s(self) -> float | None:
+        """How long after it was sent the backend says the call reached it (None: unsaid)."""
+        if self.signals is None or self.signals.received_at_s is None or self.sent_at_s is None:
+            return None
+        return max(0.0, self.signals.received_at_s - self.sent_at_s)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -125,10 +137,11 @@ async def call_single(
     if max_output_tokens is not None:
         body[f.max_output_tokens] = max_output_tokens
     started = time.monotonic()
+    sent = _SentAt(on_sent)
     try:
         response = await http.pick().post(config.single_path, json=body,
                                           timeout=config.timeout_s,
-                                          extensions=_sent_trace(on_sent))
+                                          extensions=sent.extensions())
     except httpx.TimeoutException:
         return CallResult("error", error=f"timeout after {config.timeout_s:g} s",
                           latency_s=time.monotonic() - started)
@@ -143,7 +156,15 @@ async def call_single(
         doc = {}
     if not isinstance(doc, dict):
         doc = {}
-    return _classify(response.status_code, doc, f, latency, _retry_after(response))
+    result = _classify(response.status_code, doc, f, latency, _retry_after(response))
+    return _with_signals(result, config, response, sent.at)
+
+
+def _with_signals(result: CallResult, config: BackendConfig, response: httpx.Response,
+                  sent_at: float | None) -> CallResult:
+    if not config.rate_limit_headers:
+        return result
+    return replace(result, signals=read_signals(response.headers), sent_at_s=sent_at)
 
 
 def _classify(code: int, doc: dict[str, Any], f: BackendFields, latency: float,
@@ -190,14 +211,15 @@ async def call_batch(
             item[f.max_output_tokens] = cap
         items.append(item)
     started = time.monotonic()
+    sent = _SentAt(on_sent)
     try:
         response = await http.pick().post(config.batch_path, json={f.items: items},
                                           timeout=config.timeout_s,
-                                          extensions=_sent_trace(on_sent))
+                                          extensions=sent.extensions())
         latency = time.monotonic() - started
         if response.status_code != 200:
             failed = _classify(response.status_code, {}, f, latency, _retry_after(response))
-            return [failed] * len(prompts)
+            return [_with_signals(failed, config, response, sent.at)] * len(prompts)
         by_id = {str(r.get(f.id)): r for r in response.json()[f.results]}
     except httpx.TimeoutException:
         return [CallResult("error", error=f"timeout after {config.timeout_s:g} s")] * len(items)
@@ -207,21 +229,29 @@ async def call_batch(
     for i in range(len(prompts)):
         doc = by_id.get(str(i), {})
         retry = doc.get(f.retry_after_s)
-        results.append(_classify(int(doc.get(f.status, 500)), doc, f, latency,
-                                 float(retry) if retry is not None else None))
+        result = _classify(int(doc.get(f.status, 500)), doc, f, latency,
+                           float(retry) if retry is not None else None)
+        # the response's headers speak for the batch: every item was sent and counted with it
+        results.append(_with_signals(result, config, response, sent.at))
     return results
 
 
-def _sent_trace(on_sent: Callable[[], None] | None) -> dict[str, Any]:
-    """httpx extensions that call ``on_sent`` once the request is written."""
-    if on_sent is None:
-        return {}
+class _SentAt:
+    """When the request was written to the connection (httpcore's trace events), and a
+    callback then."""
 
-    async def trace(event: str, info: dict[str, Any]) -> None:
-        if event == "http11.send_request_body.complete":
-            on_sent()
+    def __init__(self, on_sent: Callable[[], None] | None) -> None:
+        self._on_sent = on_sent
+        self.at: float | None = None
 
-    return {"trace": trace}
+    def extensions(self) -> dict[str, Any]:
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "http11.send_request_body.complete":
+                self.at = time.time()
+                if self._on_sent is not None:
+                    self._on_sent()
+
+        return {"trace": trace}
 
 
 async def http_client(config: BackendConfig, max_connections: int) -> ShardedClient:

@@ -45,6 +45,13 @@ class BackendConfig(BaseModel):
         cap and a tokens-per-window target holds exactly; without one, it reserves the
         model's learned output per call (the 95th percentile of its recent calls), which a
         longer answer can exceed.
+    :param rate_limit_headers: read what the backend says in its headers
+        (``x-ratelimit-limit-*``, ``-remaining-*``, ``-reset-*``, ``x-received-ms``; see
+        :mod:`airflow_llm_router.backend.signals`): its stated limits cap the model's
+        effective limit (they must count over the quota's window), nothing remaining cools
+        the model down until the reset, and arrival delays widen the model's guard. Turn
+        off for a backend whose headers describe some other limit (e.g. a per-key limit
+        shared with callers outside the router, or a different window).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -56,3 +63,4 @@ class BackendConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     fields: BackendFields = Field(default_factory=BackendFields)
     max_output_tokens: int | None = Field(None, ge=1)
+    rate_limit_headers: bool = True

@@ -75,6 +75,13 @@ class Completion:
     :param output_tokens: actual output tokens, or ``None`` to keep the estimate.
     :param outcome: ``"ok"``, ``"rate_limited"`` (a 429) or ``"error"`` (5xx, timeout).
     :param retry_after_s: the backend's Retry-After, for ``rate_limited``.
+    :param arrival_delay_s: when the backend said the call reached it, less when it was
+        sent (both wall clocks); widens the model's guard (docs/engine.md, "Guard").
+    :param hold_s: the backend said it has no room for this long (its rate-limit headers:
+        nothing remaining until the reset), on any outcome: the model cools down, no 429
+        needed.
+    :param announced_rpm: the backend's stated request limit per window (rate-limit
+        headers); caps the effective limit while stated. ``announced_tpm``: its tokens.
     """
 
     lease_id: str
@@ -82,6 +89,10 @@ class Completion:
     output_tokens: int | None = None
     outcome: Outcome = "ok"
     retry_after_s: float | None = None
+    arrival_delay_s: float | None = None
+    hold_s: float | None = None
+    announced_rpm: int | None = None
+    announced_tpm: int | None = None
 
 
 def _text(value: Any) -> str:
@@ -107,6 +118,7 @@ class RouterCore:
                 s.breaker_open_ms,
             )),
             f"{s.recovery_share:.6f}",
+            f"{s.guard_share:.6f}",
         ])
 
     # -- quotas -----------------------------------------------------------------------
@@ -259,10 +271,19 @@ def _encode_completion(c: Completion) -> list[Any]:
             raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
     known = c.input_tokens is not None and c.output_tokens is not None
     retry_ms = 0 if c.retry_after_s is None else max(0, math.ceil(c.retry_after_s * 1000))
-    return [
+    item = [
         c.lease_id,
         c.input_tokens if known else -1,
         c.output_tokens if known else -1,
         c.outcome,
         retry_ms,
     ]
+    said = (
+        -1 if c.arrival_delay_s is None else max(0, math.ceil(c.arrival_delay_s * 1000)),
+        0 if c.hold_s is None else max(0, math.ceil(c.hold_s * 1000)),
+        -1 if c.announced_rpm is None else max(0, int(c.announced_rpm)),
+        -1 if c.announced_tpm is None else max(0, int(c.announced_tpm)),
+    )
+    if said != (-1, 0, -1, -1):
+        item.extend(said)
+    return item

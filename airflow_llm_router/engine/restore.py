@@ -106,7 +106,9 @@ def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota], *,
     a new namespace is not a loss.
     """
     if after_loss and quotas:
-        hold_ms = max(q.window_s for q in quotas.values()) * 1000 + core.settings.guard_ms
+        s = core.settings
+        hold_ms = max(q.window_s * 1000 + max(s.guard_ms, q.window_s * 1000 * s.guard_share)
+                      for q in quotas.values())
         yield Script("start_recovery", (str(int(hold_ms) + 1000),))
     present = yield Command(("HKEYS", core.keys.router("K_QUOTAS")))
     held = {x.decode() if isinstance(x, bytes) else str(x) for x in present or ()}

@@ -16,14 +16,14 @@ __all__ = ["OPERATIONS", "script_source"]
 #: Each operation and the libraries it uses, in load order (each call pays for the Lua it
 #: carries: setting up unused libraries cost ~10 µs a call on the Redis thread).
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "admit": ("prelude", "effective", "model_state", "capacity", "fair", "waiters"),
-    "complete": ("prelude", "health", "effective"),
+    "admit": ("prelude", "effective", "guard", "model_state", "capacity", "fair", "waiters"),
+    "complete": ("prelude", "health", "effective", "guard"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),
     "set_quota": ("prelude",),
     "delete_quota": ("prelude",),
     "start_recovery": ("prelude",),
-    "stats": ("prelude", "effective", "model_state"),
+    "stats": ("prelude", "effective", "guard", "model_state"),
     "cancel": ("prelude",),
 }
 OPERATIONS = tuple(_LIBRARIES)

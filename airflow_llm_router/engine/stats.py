@@ -33,6 +33,10 @@ class ModelStats:
     #: below a share of 1, the limits in force: ``rpm``, ``tpm``, ``max_concurrency`` and,
     #: where the quota has them, ``input_tpm``/``output_tpm``; None at the quota.
     effective: dict[str, int] | None = None
+    #: how long past its window an admission keeps counting (ms): the base guard, or more
+    #: while the engine has learned that calls reach the provider late (docs/engine.md,
+    #: "Guard"); 0 from an engine that predates it.
+    guard_ms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -77,6 +81,7 @@ class RouterStats:
                 latency_ms=None if m.get("latency_ms") is None else float(m["latency_ms"]),
                 limit_share=float(m.get("share", 1.0)),
                 effective=_effective(m.get("effective")),
+                guard_ms=int(m.get("guard_ms") or 0),
             )
         return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models)
 

@@ -27,8 +27,11 @@ class RouterSettings(BaseModel):
 
     :param namespace: the Redis key namespace (one router = one namespace).
     :param lease_ttl_s: a lease not heartbeated or completed within this frees its slot.
-    :param guard_ms: extra time an admission stays in a window, covering the delay between
-        admission and the call reaching the backend (costs guard/window of utilisation).
+    :param guard_ms: extra time an admission stays in a window, covering the variation of
+        the delay between a call's send and the backend counting it (costs guard/window of
+        utilisation). The least guard: each model's grows with its window (``guard_share``)
+        and with what the engine learns (measured delays, 429s; docs/engine.md, "Guard").
+    :param guard_share: the base guard of a model is at least this share of its window.
     :param max_wait_ms: the longest wait ``admit`` tells a caller to sleep before retrying
         when only a release (announced on the channel) could make room.
     :param starve_ms: after waiting this long, a request holds back capacity from requests
@@ -51,6 +54,7 @@ class RouterSettings(BaseModel):
     namespace: str = "default"
     lease_ttl_s: float = Field(30.0, gt=0)
     guard_ms: int = Field(50, ge=0)
+    guard_share: float = Field(0.01, ge=0, le=0.25)
     max_wait_ms: int = Field(2000, gt=0)
     starve_ms: int = Field(10_000, ge=0)
     waiter_ttl_ms: int = Field(5000, gt=0)

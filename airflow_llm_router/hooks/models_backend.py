@@ -19,8 +19,9 @@ def backend_config(conn: Any) -> BackendConfig:
 
     ``host`` holds the base URL (``http://backend:8080``) or a bare host with ``schema``
     (http/https) and ``port``; the password, if set, is sent as a bearer token; the extra may
-    set ``timeout_s``, ``headers``, ``single_path``, ``batch_path``, ``fields`` and
-    ``max_output_tokens`` (the default output cap of every call).
+    set ``timeout_s``, ``headers``, ``single_path``, ``batch_path``, ``fields``,
+    ``max_output_tokens`` (the default output cap of every call) and
+    ``rate_limit_headers`` (read the backend's rate-limit headers; default true).
     """
     host = conn.host or "127.0.0.1"
     if "://" in host:
@@ -37,8 +38,14 @@ def backend_config(conn: Any) -> BackendConfig:
     headers = {str(k): str(v) for k, v in headers.items()}
     if conn.password:
         headers.setdefault("Authorization", f"Bearer {conn.password}")
-    known = {k: extra[k] for k in ("single_path", "batch_path", "timeout_s",
-                                   "max_output_tokens") if k in extra}
+    settings = ("single_path", "batch_path", "timeout_s", "max_output_tokens",
+                "rate_limit_headers")
+    unknown = sorted(set(extra) - {*settings, "fields"})
+    if unknown:
+        raise ConnectionConfigError(conn_id, f"extra.{unknown[0]}", "not a setting of a "
+                                    "models_backend connection; use headers, fields, "
+                                    + ", ".join(settings))
+    known = {k: extra[k] for k in settings if k in extra}
     names = extra.get("fields") or {}
     if not isinstance(names, dict):
         raise ConnectionConfigError(conn_id, "extra.fields", "give a JSON object mapping "

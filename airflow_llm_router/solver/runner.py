@@ -182,9 +182,13 @@ class Solver:
             metrics.rate_limited(model)
         elif outcome == "error":
             metrics.errored(model)
+        said = result.signals
         done = Completion(lease_id, result.input_tokens, result.output_tokens,
                           outcome,  # type: ignore[arg-type]
-                          result.retry_after_s)
+                          result.retry_after_s, arrival_delay_s=result.arrival_delay_s,
+                          hold_s=said.hold_s if said else None,
+                          announced_rpm=said.limit_requests if said else None,
+                          announced_tpm=said.limit_tokens if said else None)
         if outcome == "ok":
             # The answer goes back to the caller (and into the store) now, whatever Redis
             # does: settling its lease is bookkeeping, retried through an outage.

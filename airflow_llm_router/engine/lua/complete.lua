@@ -1,8 +1,14 @@
 -- complete: settle a batch of leases. Frees each live lease's concurrency slot, replaces the
 -- estimate in the window with the actual tokens (if the entry is still in the window, also
 -- for a lease that already expired), and feeds the model's health.
--- ARGV[2]: JSON [[lease id, input tokens, output tokens, outcome, retry after ms], ...]
---          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
+-- ARGV[2]: JSON [[lease id, input tokens, output tokens, outcome, retry after ms,
+--           delay ms, hold ms, announced requests, announced tokens], ...]
+--          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error';
+--          the last four are optional (-1 or 0: unknown), from what the provider said:
+--          delay = when the call reached it less when it was sent (widens the model's guard,
+--          lib/guard.lua); hold = ms until its window has room again, said on any outcome
+--          (remaining 0: the model cools down without a 429); announced = its limits
+--          (cap the effective limit, lib/effective.lua).
 -- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
 -- A live lease released 'ok' also feeds the model's latency estimate (ms, admission to
 -- completion) in K_EST '<model>|lat'; one released 'rate_limited' may cut the model's
@@ -98,8 +104,39 @@ for k, it in ipairs(items) do
       models[#models + 1] = m
     end
     local b = by_model[m]
-    b[#b + 1] = {lid, it[2], it[3], it[4], it[5], k}
+    b[#b + 1] = {lid, it[2], it[3], it[4], it[5], k, tonumber(it[6]) or -1,
+                 tonumber(it[7]) or 0, tonumber(it[8]) or -1, tonumber(it[9]) or -1}
   end
+end
+
+-- A model's quota (decoded), or nil once deleted.
+local QUOTAS = {}
+local function quota_of(m)
+  if QUOTAS[m] == nil then
+    local raw = redis.call('HGET', K_QUOTAS, m)
+    QUOTAS[m] = raw and cjson.decode(raw) or false
+  end
+  return QUOTAS[m] or nil
+end
+
+-- What the provider said with a model's answers: the largest delay, the longest hold and
+-- the last announced limits of the batch.
+local function provider_said(m, batch)
+  local delay, hold, ann = -1, 0, nil
+  for _, it in ipairs(batch) do
+    delay, hold = math.max(delay, it[7]), math.max(hold, it[8])
+    if it[9] >= 0 or it[10] >= 0 then ann = it end
+  end
+  if delay < 0 and hold <= 0 and not ann then return end
+  local q = quota_of(m)
+  if not q then return end
+  if delay > 0 then guard_observe(m, q, delay) end
+  if hold > 0 then
+    local untl = NOW + hold
+    local cur = tonumber(redis.call('HGET', K_HEALTH, m .. '|cool')) or 0
+    if untl > cur then redis.call('HSET', K_HEALTH, m .. '|cool', int(untl)) end
+  end
+  if ann then eff_announce(m, ann[9], ann[10]) end
 end
 
 local released, rids = {}, {}
@@ -146,8 +183,16 @@ for _, m in ipairs(models) do
       if out[it[6]] > 0 then
         local rec = RECORDS[it[1]]
         completed[k] = record_outcome(m, it[4], it[5], rec and rec.p == 1)
-        -- the provider refused a call admission let through: learn its real limit
-        if it[4] == 'rate_limited' and rec and rec.t then eff_cut(m, it[1], rec.t) end
+        -- the provider refused a call admission let through: learn its real limit, and
+        -- give later calls more time between windows in case it counted them late
+        -- (only at the full quota: below it, a learned limit is being tested, and a 429
+        -- is that test's answer)
+        if it[4] == 'rate_limited' and rec and rec.t then
+          local q = quota_of(m)
+          local full = q and eff_at_quota(m, q)
+          eff_cut(m, it[1], rec.t)
+          if full then guard_widen(m, q, rec.t) end
+        end
       end
     end
   end
@@ -167,6 +212,7 @@ for _, m in ipairs(models) do
   end
   observe_latency(m, latencies)
   observe_output(m, outputs, recompute)
+  provider_said(m, batch)
 end
 
 if #released > 0 then

@@ -8,9 +8,12 @@ if not raw then return 0 end
 local q = cjson.decode(raw)
 redis.call('HDEL', K_QUOTAS, m)
 redis.call('HDEL', K_FAIR, m)
-redis.call('HDEL', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n')  -- a learned limit goes with it
-redis.call('PEXPIRE', K_WIN(m), int(q.win + GUARD))
-redis.call('PEXPIRE', K_WTOK(m), int(q.win + GUARD))
+-- a learned limit and guard go with it; the window log lives as long as the longest guard
+redis.call('HDEL', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n', m .. '|ann', m .. '|ann_t',
+           m .. '|guard', m .. '|guard_t')
+local keep = q.win + math.max(GUARD, math.floor(q.win * math.max(GUARD_SHARE, 0.25)))
+redis.call('PEXPIRE', K_WIN(m), int(keep))
+redis.call('PEXPIRE', K_WTOK(m), int(keep))
 redis.call('PEXPIRE', K_LIVE(m), int(LEASE_TTL + q.win))
 redis.call('PUBLISH', CHANNEL, 'quota:' .. m)
 return 1

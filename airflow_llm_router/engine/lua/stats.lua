@@ -5,10 +5,11 @@
 -- prior expected_latency_s (the 'lat' field, s) in ms, else absent.
 -- share: the learned share of the quota admission holds the model to (1: the quota);
 -- effective: below 1, the limits in force {rpm, tpm, conc, itpm?, otpm?}.
+-- guard_ms: the guard in force (lib/guard.lua).
 local names = cjson.decode(ARGV[2])
 if type(names) ~= 'table' then names = model_names() end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
-                  'expired', 'breaker_opened', 'limit_cuts'}
+                  'expired', 'breaker_opened', 'limit_cuts', 'guard_widened'}
 local out = {}
 for _, m in ipairs(names) do
   local st = load_model(m)
@@ -24,7 +25,8 @@ for _, m in ipairs(names) do
     if st.open > NOW then state = 'open' elseif st.open > 0 then state = 'half_open' end
     out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
-              breaker = state, counters = counters, latency_ms = lat, share = st.share}
+              breaker = state, counters = counters, latency_ms = lat, share = st.share,
+              guard_ms = st.guard}
     if st.share < 1 then
       local q = st.q
       out[m].effective = {rpm = q.rpm, tpm = q.tpm, conc = q.conc, itpm = q.itpm, otpm = q.otpm}

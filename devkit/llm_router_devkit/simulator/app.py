@@ -42,8 +42,9 @@ def _rejection_body(rejection: Rejection) -> dict[str, Any]:
     }
 
 
-def _rejection_response(rejection: Rejection) -> JSONResponse:
+def _rejection_response(rejection: Rejection, said: dict[str, str]) -> JSONResponse:
     headers = {
+        **said,
         p.RETRY_AFTER_HEADER: retry_after_header(rejection.retry_after_s),
         p.RETRY_AFTER_MS_HEADER: str(math.ceil(rejection.retry_after_s * 1000)),
     }
@@ -87,16 +88,18 @@ async def single(request: p.SingleRequest, backend: Backend) -> Response:
     """One prompt: 200 after the model's (scaled) latency (its body cut short on a truncate
     fault), or 404/429/500/504."""
     backend.calls["single"] += 1
+    received = await backend.arrive()
     try:
         admission = backend.admit(request.model, request.prompt, request.max_output_tokens)
     except UnknownModelError:
         return _unknown_model(request.model)
+    said = backend.limit_headers(request.model, received)
     if isinstance(admission, Rejection):
-        return _rejection_response(admission)
+        return _rejection_response(admission, said)
     outcome = await backend.run(admission)
     if outcome.truncated:
         return _cut_json(outcome.body)
-    return JSONResponse(outcome.body, status_code=outcome.status)
+    return JSONResponse(outcome.body, status_code=outcome.status, headers=said)
 
 
 def _admit_item(
@@ -132,12 +135,14 @@ async def batch(request: p.BatchRequest, backend: Backend) -> dict[str, Any] | R
     backend.calls["batch_items"] += len(request.items)
     results: list[dict[str, Any]] = []
     running: list[tuple[dict[str, Any], Admission]] = []
+    received = await backend.arrive()
     for item in request.items:  # admitted one by one at arrival, like separate calls
         result: dict[str, Any] = {p.ID: item.id}
         results.append(result)
         admission = _admit_item(backend, item, result)
         if admission is not None:
             running.append((result, admission))
+    said = backend.limit_headers(request.items[0].model, received) if request.items else {}
     outcomes = await asyncio.gather(*(backend.run(a) for _, a in running))
     for (result, _), outcome in zip(running, outcomes, strict=True):
         result[p.STATUS] = outcome.status
@@ -151,7 +156,7 @@ async def batch(request: p.BatchRequest, backend: Backend) -> dict[str, Any] | R
             if outcome.status == 200 and not outcome.truncated:
                 backend.lost_with_batch(admission)
         return _cut_json({p.RESULTS: results})
-    return {p.RESULTS: results}
+    return JSONResponse({p.RESULTS: results}, headers=said)
 
 
 @measurement.get("/stats")

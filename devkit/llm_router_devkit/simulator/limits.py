@@ -176,6 +176,25 @@ class ModelLimiter:
         peaks.concurrency = max(peaks.concurrency, len(self._in_flight))
         return Decision(accepted=True, call_id=call_id)
 
+    def headroom(self, now: float) -> dict[str, str]:
+        """Rate-limit headers as OpenAI-style providers send them, for the window at ``now``:
+        limit, remaining, and time until one more fits (``"0.25s"``), for requests and
+        tokens (only the limits the model has)."""
+        accepted = self._accepted
+        accepted.evict(now)
+        out: dict[str, str] = {}
+        rpm, tpm = self.limits.rpm, self.limits.tpm
+        if rpm is not None:
+            out["x-ratelimit-limit-requests"] = str(rpm)
+            out["x-ratelimit-remaining-requests"] = str(max(0, rpm - len(accepted)))
+            out["x-ratelimit-reset-requests"] = f"{accepted.wait_for_count(now, rpm):.3f}s"
+        if tpm is not None:
+            out["x-ratelimit-limit-tokens"] = str(tpm)
+            out["x-ratelimit-remaining-tokens"] = str(max(0, tpm - accepted.tokens))
+            out["x-ratelimit-reset-tokens"] = \
+                f"{accepted.wait_for_tokens(now, tpm, 1):.3f}s"
+        return out
+
     def release(self, call_id: int) -> None:
         """Free the concurrency slot of a finished call (idempotent)."""
         self._in_flight.pop(call_id, None)

@@ -87,6 +87,13 @@ class SimulatorProfile(BaseModel):
         answers 200 with its JSON body cut in half (a connection dropped by a proxy): the
         provider did the work and charges it, the client cannot read the answer.
     :param slowdown: multiplies every model latency (a degraded provider).
+    :param arrival_jitter_s: each call is counted by the provider up to this many wall-clock
+        seconds after it reaches the simulator: a delay drawn (from the seed) for each
+        quarter of a window, as a proxy queue or a loaded provider gives, so calls sent a
+        window apart can be counted less than a window apart. The ``x-received-ms`` header
+        says when each was counted.
+    :param rate_limit_headers: answer with ``x-ratelimit-limit-*``, ``-remaining-*`` and
+        ``-reset-*`` headers (requests and tokens), as OpenAI-style providers do.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -100,6 +107,8 @@ class SimulatorProfile(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0)
     error_delay_s: float = Field(default=0.5, ge=0)
     slowdown: float = Field(default=1.0, gt=0)
+    arrival_jitter_s: float = Field(default=0.0, ge=0, le=60)
+    rate_limit_headers: bool = False
     models: list[ModelProfile] = Field(min_length=1)
 
     @model_validator(mode="after")

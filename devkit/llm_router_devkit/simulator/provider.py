@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,6 +93,32 @@ class SimulatedBackend:
         # (model, prompt digest) -> accepted attempts so far; drives deterministic faults.
         self._attempts: dict[tuple[str, bytes], int] = {}
         self.calls = {"single": 0, "batch": 0, "batch_items": 0}
+
+    def arrival_delay_s(self, now: float) -> float:
+        """The delay the profile's arrival jitter gives a call reaching the simulator at
+        ``now``: drawn anew (from the seed) for each quarter window, so calls sent a window
+        apart meet different delays, as a queue that fills and drains gives them."""
+        jitter = self.profile.arrival_jitter_s
+        if jitter <= 0:
+            return 0.0
+        slot = math.floor((now - self.started_at) / (self.profile.scaled_window_s / 4))
+        return random.Random(self.profile.seed * 1_000_003 + slot).uniform(0, jitter)
+
+    async def arrive(self) -> float:
+        """Wait as the profile's arrival jitter says; returns when the arrival counts
+        (epoch ms), for the ``x-received-ms`` header."""
+        delay = self.arrival_delay_s(self.clock())
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return time.time() * 1000
+
+    def limit_headers(self, model: str, received_ms: float) -> dict[str, str]:
+        """What the provider says after an arrival: when it was counted, and its limits'
+        headroom if the profile asks for rate-limit headers."""
+        out = {"x-received-ms": f"{received_ms:.1f}"}
+        if self.profile.rate_limit_headers and model in self.limiters:
+            out.update(self.limiters[model].headroom(self.clock()))
+        return out
 
     # -- calls ---------------------------------------------------------------------------
 

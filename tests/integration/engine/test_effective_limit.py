@@ -77,8 +77,8 @@ def test_after_clean_windows_the_share_probes_back_up_and_a_new_quota_resets_it(
     router = make_router(cooldown_ms=1)
     router.set_quota("a", QUOTA)
     burst = admit_all(router)
+    cut_at = time.monotonic()  # at or before the cut: time since it is at least the hold's
     provider_takes(router, burst, accepted=20)
-    cut_at = time.monotonic()
     assert router.stats().models["a"].limit_share == 0.5
     # held for two whole windows, then one call more (1/40 of the quota), then two, four...
     shares = [router.stats().models["a"].limit_share]

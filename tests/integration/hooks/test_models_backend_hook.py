@@ -43,6 +43,10 @@ def test_a_full_url_in_host_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"fields": ["answer"]}, r"extra\.fields: give a JSON object"),
         ({"timeout_s": 0}, r"extra\.timeout_s: Input should be greater than 0"),
         ({"headers": "Bearer x"}, r"extra\.headers: give a JSON object"),
+        ({"max_output_token": 5}, r"extra\.max_output_token: not a setting of a "
+                                  r"models_backend connection; use headers, fields, "),
+        ({"rate_limit_headers": "maybe"}, r"extra\.rate_limit_headers: Input should be a "
+                                          r"valid boolean"),
     ],
 )
 def test_a_bad_extra_is_named_with_its_fix(monkeypatch: pytest.MonkeyPatch,

@@ -112,3 +112,79 @@ async def test_with_an_output_cap_the_reservation_is_exact_and_tpm_holds(
     # the answers ran far past the prior (10 per call), within the cap
     assert 80 * 50 < served["output_tokens_accepted"] <= 80 * cap, served
     assert served["peak_accepted_tokens_in_window"] <= 3000, served
+
+
+async def _drain(monkeypatch: pytest.MonkeyPatch, sim_url: str, pg_schema: str, tasks: int,
+                 *, headers: bool) -> dict[str, object]:
+    """Drain ``tasks`` prompts through the real trigger against ``sim_url``."""
+    monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT", json.dumps(
+        {"conn_type": "models_backend", "host": sim_url,
+         "extra": {"timeout_s": 30, "rate_limit_headers": headers}}))
+    trigger = DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
+        worker_id="drain-under-test",
+        settings={"claim_ttl_s": 30, "claim_batch": tasks, "max_in_flight": 100,
+                  "backoff_s": 0.05},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + 90)
+    payload: dict[str, object] = (await asyncio.wait_for(anext(trigger.run()), 100)).payload
+    return payload
+
+
+@pytest.mark.timeout(120)
+async def test_stated_limits_stop_the_429s_after_the_first_burst(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """The provider states its limit in rate-limit headers (real rpm 3, quota 40): the first
+    window's burst is refused past the third call (sent at once, before any answer), and
+    from the first answer on admission keeps to the stated limit: no 429 after it."""
+    sim_profile = profile().with_overrides(rate_limit_headers=True)
+    store.enqueue([f"prompt {i}" for i in range(TASKS)])
+    with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
+        router.set_quota("m", {"rpm": QUOTA_RPM, "tpm": 10**6, "max_concurrency": 100,
+                               "window_s": sim_profile.scaled_window_s,
+                               "expected_output_tokens": 200})
+        event = await _drain(monkeypatch, sim.url, pg_schema, TASKS, headers=True)
+        timeline = httpx.get(f"{sim.url}/timeline").json()["models"]["m"]
+    stats = router.stats().models["m"]
+    assert event["status"] == "done", event
+    assert store.counts()["solved"] == TASKS
+    refused = timeline["rejected"]
+    print(f"429s per window: {refused}; share {stats.limit_share:.3f}")
+    assert stats.effective is not None and stats.effective["rpm"] == REAL_RPM, stats
+    first = next(k for k, n in enumerate(refused) if n)
+    assert refused[first] <= QUOTA_RPM - REAL_RPM, refused
+    assert sum(refused[first + 1:]) <= 2, refused
+
+
+@pytest.mark.timeout(150)
+async def test_a_varying_arrival_delay_is_measured_and_the_guard_covers_it(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """The provider counts calls up to 180 ms after they were sent, a delay that changes
+    every quarter window (a queue filling and draining), so two calls sent a window apart
+    can be counted less than a window apart. The router's least guard is 50 ms; told when
+    each call arrived (``x-received-ms``), it widens the model's guard to cover the delay
+    and the provider refuses (almost) nothing, at the quota equal to its real limit."""
+    tasks = 120
+    jitter_s = 0.18
+    model = ModelProfile(name="m", median_s=1.0, sigma=0.3, min_s=0.5, max_s=4.0,
+                         output_tokens_mean=50, output_tokens_max=200, rpm=10)
+    sim_profile = SimulatorProfile(time_scale=60.0, seed=3, models=[model],
+                                   arrival_jitter_s=jitter_s)
+    store.enqueue([f"prompt {i}" for i in range(tasks)])
+    with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
+        router.set_quota("m", {"rpm": 10, "tpm": 10**6, "max_concurrency": 100,
+                               "window_s": sim_profile.scaled_window_s,
+                               "expected_output_tokens": 200})
+        event = await _drain(monkeypatch, sim.url, pg_schema, tasks, headers=True)
+        totals = httpx.get(f"{sim.url}/stats").json()["totals"]
+    stats = router.stats().models["m"]
+    print(f"{totals['rejected_429']} 429s, guard {stats.guard_ms} ms, "
+          f"widened {stats.counters['guard_widened']} times")
+    assert event["status"] == "done", event
+    assert store.counts()["solved"] == tasks
+    assert stats.guard_ms >= 1000 * jitter_s * 0.5, stats  # it measured the delays
+    assert totals["rejected_429"] <= 2, totals

@@ -33,7 +33,7 @@ local function window_wait(st, field, excess)
   for _, e in ipairs(window_head(st)) do
     if field == 'n' then freed = freed + 1 else freed = freed + e[field] end
     if freed >= excess then
-      return math.max(1, e.t + st.q.win + GUARD - NOW)
+      return math.max(1, e.t + st.q.win + st.guard - NOW)
     end
   end
   return MAX_WAIT

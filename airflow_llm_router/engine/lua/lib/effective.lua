@@ -21,10 +21,16 @@
 -- is regained in a few windows (doubling).
 -- State, in K_HEALTH: '<m>|eff' = the share at the last cut, '<m>|eff_t' = when (ms),
 -- '<m>|eff_n' = probes in a row cut back to the same share.
+-- Announced: a provider that states its limits (rate-limit headers, passed in by the
+-- caller) needs no guessing: while announced (EFF_ANNOUNCED windows after the last
+-- announcement), the share is at most announced / quota, in calls and in tokens. This
+-- assumes the provider counts over the quota's window (configure the quota so). State:
+-- '<m>|ann' = "<requests>:<tokens>" (-1: not stated), '<m>|ann_t' = when (ms).
 local EFF_HOLD = 2
 local EFF_UNIT = 0.01
 local EFF_MAX_CUT = 0.5
 local EFF_HOLD_DOUBLINGS = 4
+local EFF_ANNOUNCED = 4
 
 -- The share in force now, from the share, time and repeats of the last cut (nil f: none),
 -- and the share of the window before (the last level a whole window held without a cut).
@@ -38,8 +44,25 @@ local function eff_levels(q, f, t, n)
   return math.min(1, f + unit * (2 ^ k - 1)), math.min(1, f + unit * (2 ^ (k - 1) - 1))
 end
 
-local function eff_share(q, f, t, n)
-  return (eff_levels(q, f, t, n))
+-- The share the provider's announced limits allow ("<requests>:<tokens>" set at ann_t).
+local function eff_announced(q, ann, ann_t)
+  if not ann or not ann_t or NOW - ann_t > EFF_ANNOUNCED * q.win then return 1 end
+  local r, k = string.match(ann, '^(-?%d+):(-?%d+)$')
+  r, k = tonumber(r), tonumber(k)
+  local share = 1
+  if r and r >= 0 then share = math.min(share, r / q.rpm) end
+  if k and k >= 0 then share = math.min(share, k / q.tpm) end
+  return math.max(share, 1 / q.rpm)
+end
+
+local function eff_share(q, f, t, n, ann, ann_t)
+  return math.min((eff_levels(q, f, t, n)), eff_announced(q, ann, ann_t))
+end
+
+-- The provider announced its limits for model m (-1: not stated): remember them.
+local function eff_announce(m, requests, tokens)
+  redis.call('HSET', K_HEALTH, m .. '|ann', int(requests) .. ':' .. int(tokens),
+             m .. '|ann_t', int(NOW))
 end
 
 -- The quota with its limits scaled by share f (the same table when f is 1).
@@ -61,6 +84,12 @@ end
 local function eff_state(m)
   local h = redis.call('HMGET', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n')
   return tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
+end
+
+-- Whether model m is admitted at its full quota (nothing learned, or probed back up).
+local function eff_at_quota(m, q)
+  local f0, t0, n0 = eff_state(m)
+  return not f0 or (eff_levels(q, f0, t0, n0)) >= 1
 end
 
 -- The lease number of a lease id ('<model>#<n>'): admission order within a millisecond.

@@ -1,7 +1,7 @@
 -- Per-model state, loaded at most once per script call and cached in STATE.
 -- Loading reclaims expired leases (freeing their slot but keeping their window usage: the
 -- provider may have served them) and trims the window log of entries older than
--- window + guard ms. Both steps touch at most BOUND entries; leftovers only make the state
+-- window + the model's guard (lib/guard.lua). Both steps touch at most BOUND entries; leftovers only make the state
 -- more conservative until a later call trims them.
 local STATE = {}
 
@@ -24,8 +24,8 @@ local function reclaim(m)
   RELEASED = true
 end
 
-local function trim(m, win_ms)
-  local cutoff = NOW - win_ms - GUARD
+local function trim(m, win_ms, guard_ms)
+  local cutoff = NOW - win_ms - guard_ms
   local old = redis.call('ZRANGEBYSCORE', K_WIN(m), '-inf', int(cutoff), 'LIMIT', 0, BOUND)
   if #old == 0 then return end
   local toks = redis.call('HMGET', K_WTOK(m), unpack(old))
@@ -121,19 +121,23 @@ local function load_model(m)
   end
   st = {m = m, q = view.q, est = view.est}
   local h = redis.call('HMGET', K_HEALTH, m .. '|cool', m .. '|open', m .. '|probe',
-                       m .. '|eff', m .. '|eff_t', m .. '|eff_n')
+                       m .. '|eff', m .. '|eff_t', m .. '|eff_n', m .. '|ann', m .. '|ann_t',
+                       m .. '|guard', m .. '|guard_t')
   st.cool, st.open, st.probe = tonumber(h[1]) or 0, tonumber(h[2]) or 0, h[3]
   -- the limits admission holds it to: the quota, scaled by the learned share
-  st.share = eff_share(view.q, tonumber(h[4]), tonumber(h[5]) or 0, tonumber(h[6]))
+  st.share = eff_share(view.q, tonumber(h[4]), tonumber(h[5]) or 0, tonumber(h[6]),
+                       h[7], tonumber(h[8]))
+  st.guard = guard_of(view.q, tonumber(h[9]), tonumber(h[10]))
   -- after Redis lost its data, the calls sent just before are unknown: one window + guard
   -- at the recovery share (0: none) keeps every window within the target
-  if RECOVER_AT and NOW < RECOVER_AT + view.q.win + GUARD then
-    st.recover_until = RECOVER_AT + view.q.win + GUARD
+  local base = guard_base(view.q)
+  if RECOVER_AT and NOW < RECOVER_AT + view.q.win + base then
+    st.recover_until = RECOVER_AT + view.q.win + base
     st.share = math.min(st.share, RECOVERY_SHARE)
   end
   st.q = eff_quota(view.q, st.share)
   reclaim(m)
-  trim(m, view.q.win)
+  trim(m, view.q.win, st.guard)
   st.n = redis.call('ZCARD', K_WIN(m))
   local tot = redis.call('HMGET', K_WTOK(m), '_s', '_i', '_o')
   st.s, st.i, st.o = tonumber(tot[1]) or 0, tonumber(tot[2]) or 0, tonumber(tot[3]) or 0
