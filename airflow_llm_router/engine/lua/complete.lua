@@ -130,7 +130,9 @@ local function provider_said(m, batch)
   if delay < 0 and hold <= 0 and not ann then return end
   local q = quota_of(m)
   if not q then return end
-  if delay > 0 then guard_observe(m, q, delay) end
+  -- below the quota, a learned limit governs and its probes would be skewed by a guard
+  -- widened meanwhile (calls spaced past the provider's window hide a probe's excess)
+  if delay > 0 and eff_at_quota(m, q) then guard_observe(m, q, delay) end
   if hold > 0 then
     local untl = NOW + hold
     local cur = tonumber(redis.call('HGET', K_HEALTH, m .. '|cool')) or 0

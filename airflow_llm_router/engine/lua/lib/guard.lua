@@ -10,7 +10,8 @@
 -- for delays to vary in, and the guard costs only guard/window of its throughput).
 -- Learned, in K_HEALTH '<m>|guard' (ms) and '<m>|guard_t' (when set):
 -- - a measured delay (the provider reported when the call reached it, see complete.lua)
---   raises it to GUARD_MARGIN times the delay, plus 5 ms;
+--   raises it to GUARD_MARGIN times the delay, plus 5 ms, at the full quota only (as
+--   for 429s below);
 -- - a 429 on a call the router admitted (it had room by the router's count, so the
 --   provider counted differently) doubles it, at most once per burst: only a call admitted
 --   after the last widening widens again; only at the full quota: below it, the effective
