@@ -156,15 +156,18 @@ async def call_single(
         doc = {}
     if not isinstance(doc, dict):
         doc = {}
-    result = _classify(response.status_code, doc, f, latency, _retry_after(response))
-    return _with_signals(result, config, response, sent.at)
+    said = _said(config, response)
+    return _with(said, sent.at, _classify(response.status_code, doc, f, latency,
+                                          _retry_after(response)))
 
 
-def _with_signals(result: CallResult, config: BackendConfig, response: httpx.Response,
-                  sent_at: float | None) -> CallResult:
-    if not config.rate_limit_headers:
-        return result
-    return replace(result, signals=read_signals(response.headers), sent_at_s=sent_at)
+def _said(config: BackendConfig, response: httpx.Response) -> BackendSignals | None:
+    """What the response's headers say, if the connection reads them."""
+    return read_signals(response.headers) if config.rate_limit_headers else None
+
+
+def _with(said: BackendSignals | None, sent_at: float | None, result: CallResult) -> CallResult:
+    return result if said is None else replace(result, signals=said, sent_at_s=sent_at)
 
 
 def _classify(code: int, doc: dict[str, Any], f: BackendFields, latency: float,
@@ -217,9 +220,11 @@ async def call_batch(
                                           timeout=config.timeout_s,
                                           extensions=sent.extensions())
         latency = time.monotonic() - started
+        # the response's headers speak for the batch: every item was sent and counted with it
+        said = _said(config, response)
         if response.status_code != 200:
             failed = _classify(response.status_code, {}, f, latency, _retry_after(response))
-            return [_with_signals(failed, config, response, sent.at)] * len(prompts)
+            return [_with(said, sent.at, failed)] * len(prompts)
         by_id = {str(r.get(f.id)): r for r in response.json()[f.results]}
     except httpx.TimeoutException:
         return [CallResult("error", error=f"timeout after {config.timeout_s:g} s")] * len(items)
@@ -229,10 +234,9 @@ async def call_batch(
     for i in range(len(prompts)):
         doc = by_id.get(str(i), {})
         retry = doc.get(f.retry_after_s)
-        result = _classify(int(doc.get(f.status, 500)), doc, f, latency,
-                           float(retry) if retry is not None else None)
-        # the response's headers speak for the batch: every item was sent and counted with it
-        results.append(_with_signals(result, config, response, sent.at))
+        results.append(_with(said, sent.at, _classify(
+            int(doc.get(f.status, 500)), doc, f, latency,
+            float(retry) if retry is not None else None)))
     return results
 
 

@@ -21,6 +21,7 @@ in a thread, so a trigger's event loop never blocks on PostgreSQL).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -106,10 +107,8 @@ def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota], *,
     a new namespace is not a loss.
     """
     if after_loss and quotas:
-        s = core.settings
-        hold_ms = max(q.window_s * 1000 + max(s.guard_ms, q.window_s * 1000 * s.guard_share)
-                      for q in quotas.values())
-        yield Script("start_recovery", (str(int(hold_ms) + 1000),))
+        longest_ms = max(q.window_s for q in quotas.values()) * 1000
+        yield Script("start_recovery", (str(math.ceil(longest_ms)),))
     present = yield Command(("HKEYS", core.keys.router("K_QUOTAS")))
     held = {x.decode() if isinstance(x, bytes) else str(x) for x in present or ()}
     written = 0

@@ -21,8 +21,8 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "heartbeat": ("prelude",),
     "sent": ("prelude",),
     "set_quota": ("prelude",),
-    "delete_quota": ("prelude",),
-    "start_recovery": ("prelude",),
+    "delete_quota": ("prelude", "guard"),
+    "start_recovery": ("prelude", "guard"),
     "stats": ("prelude", "effective", "guard", "model_state"),
     "cancel": ("prelude",),
 }

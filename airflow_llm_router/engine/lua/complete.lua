@@ -132,12 +132,10 @@ local function provider_said(m, batch)
   if not q then return end
   -- below the quota, a learned limit governs and its probes would be skewed by a guard
   -- widened meanwhile (calls spaced past the provider's window hide a probe's excess)
-  if delay > 0 and eff_at_quota(m, q) then guard_observe(m, q, delay) end
-  if hold > 0 then
-    local untl = NOW + hold
-    local cur = tonumber(redis.call('HGET', K_HEALTH, m .. '|cool')) or 0
-    if untl > cur then redis.call('HSET', K_HEALTH, m .. '|cool', int(untl)) end
+  if delay > 0 then
+    guard_observe(m, q, delay, function() return eff_at_quota(m, q) end)
   end
+  if hold > 0 then cool_until(m, NOW + hold) end
   if ann then eff_announce(m, ann[9], ann[10]) end
 end
 
@@ -189,10 +187,10 @@ for _, m in ipairs(models) do
         -- give later calls more time between windows in case it counted them late
         -- (only at the full quota: below it, a learned limit is being tested, and a 429
         -- is that test's answer)
-        if it[4] == 'rate_limited' and rec and rec.t then
-          local q = quota_of(m)
-          local full = q and eff_at_quota(m, q)
-          eff_cut(m, it[1], rec.t)
+        local q = it[4] == 'rate_limited' and rec and rec.t and quota_of(m)
+        if q then
+          local full = eff_at_quota(m, q)
+          eff_cut(m, q, it[1], rec.t)
           if full then guard_widen(m, q, rec.t) end
         end
       end

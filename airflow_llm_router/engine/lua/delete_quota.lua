@@ -11,7 +11,7 @@ redis.call('HDEL', K_FAIR, m)
 -- a learned limit and guard go with it; the window log lives as long as the longest guard
 redis.call('HDEL', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n', m .. '|ann', m .. '|ann_t',
            m .. '|guard', m .. '|guard_t')
-local keep = q.win + math.max(GUARD, math.floor(q.win * math.max(GUARD_SHARE, 0.25)))
+local keep = q.win + guard_longest(q)
 redis.call('PEXPIRE', K_WIN(m), int(keep))
 redis.call('PEXPIRE', K_WTOK(m), int(keep))
 redis.call('PEXPIRE', K_LIVE(m), int(LEASE_TTL + q.win))

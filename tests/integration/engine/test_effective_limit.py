@@ -8,22 +8,12 @@ from collections.abc import Callable
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Admission, Wait
+from airflow_llm_router.engine.types import Admission
+from tests.integration.engine import admitting
+from tests.integration.engine.admitting import admit_all
 
 WINDOW_S = 0.4
 QUOTA = {"rpm": 40, "tpm": 10**6, "max_concurrency": 100, "window_s": WINDOW_S}
-
-
-def admit_all(router: RouterClient, most: int = 100) -> list[Admission]:
-    """Admit one-token requests until admission says wait."""
-    out = []
-    for _ in range(most):
-        got = router.admit(1)
-        if not isinstance(got, Admission):
-            assert isinstance(got, Wait)
-            return out
-        out.append(got)
-    return out
 
 
 def provider_takes(router: RouterClient, leases: list[Admission], accepted: int) -> None:
@@ -33,15 +23,9 @@ def provider_takes(router: RouterClient, leases: list[Admission], accepted: int)
         for k, lease in enumerate(leases)])
 
 
-def until_admits(router: RouterClient, timeout_s: float = 10.0) -> list[Admission]:
+def until_admits(router: RouterClient) -> list[Admission]:
     """Admit as soon as the window (and the cooldown) let a call in again, then all it takes."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        burst = admit_all(router)
-        if burst:
-            return burst
-        assert time.monotonic() < deadline, "nothing admitted in time"
-        time.sleep(WINDOW_S / 20)
+    return admitting.until_admits(router, every_s=WINDOW_S / 20)
 
 
 def test_429s_cut_the_share_at_most_by_half_down_to_what_the_provider_took(

@@ -9,28 +9,8 @@ from collections.abc import Callable
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Admission, Wait
-
-
-def admit_until_wait(router: RouterClient, most: int = 200) -> list[Admission]:
-    out = []
-    for _ in range(most):
-        got = router.admit(1)
-        if not isinstance(got, Admission):
-            assert isinstance(got, Wait)
-            return out
-        out.append(got)
-    raise AssertionError(f"{most} admitted: the limit did not hold")
-
-
-def first_admission(router: RouterClient, timeout_s: float = 10.0) -> Admission:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = router.admit(1)
-        if isinstance(got, Admission):
-            return got
-        assert time.monotonic() < deadline, "nothing admitted in time"
-        time.sleep(0.005)
+from airflow_llm_router.engine.types import Wait
+from tests.integration.engine.admitting import admit_all, first_admission
 
 
 def test_the_base_guard_grows_with_the_window(
@@ -50,7 +30,7 @@ def test_a_measured_arrival_delay_widens_the_guard_and_admission_keeps_to_it(
     router.set_quota("a", {"rpm": 2, "tpm": 10**6, "max_concurrency": 10,
                            "window_s": window_s})
     before = time.monotonic()  # at or before the window entries' stamps
-    first = admit_until_wait(router)
+    first = admit_all(router)
     assert len(first) == 2
     # the provider said the call reached it 80 ms after it was sent
     router.complete_many([Completion(first[0].lease_id, 1, 0, "ok", arrival_delay_s=0.08)])
@@ -123,7 +103,7 @@ def test_announced_limits_cap_the_share_while_they_are_stated(
     assert stats.effective["rpm"] == 10
     assert stats.counters["rate_limited"] == 0 and stats.counters["limit_cuts"] == 0
     # admission keeps to it: 9 more in the window of the first
-    assert len(admit_until_wait(router)) == 9
+    assert len(admit_all(router)) == 9
     # unstated for 4 windows, the announcement lapses
     deadline = time.monotonic() + 10
     while router.stats().models["a"].limit_share < 1:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -30,6 +31,25 @@ def profile() -> SimulatorProfile:
     return SimulatorProfile(time_scale=TIME_SCALE, seed=3, models=[model])
 
 
+def point_backend(monkeypatch: pytest.MonkeyPatch, sim_url: str, **extra: object) -> None:
+    """Point the default models_backend connection at ``sim_url`` with these extras."""
+    monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT", json.dumps(
+        {"conn_type": "models_backend", "host": sim_url, "extra": {"timeout_s": 30, **extra}}))
+
+
+async def drain(pg_schema: str, tasks: int) -> dict[str, Any]:
+    """Drain ``tasks`` prompts through the real trigger, on the default connections."""
+    trigger = DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
+        worker_id="drain-under-test",
+        settings={"claim_ttl_s": 30, "claim_batch": tasks, "max_in_flight": 100,
+                  "backoff_s": 0.05},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + 90)
+    payload: dict[str, Any] = (await asyncio.wait_for(anext(trigger.run()), 100)).payload
+    return payload
+
+
 @pytest.mark.timeout(120)
 async def test_a_real_limit_below_the_quota_is_learned_and_429s_stay_bounded(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
@@ -41,15 +61,7 @@ async def test_a_real_limit_below_the_quota_is_learned_and_429s_stay_bounded(
     with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
         router.set_quota("m", {"rpm": QUOTA_RPM, "tpm": 10**6, "max_concurrency": 100,
                                "window_s": window_s, "expected_output_tokens": 200})
-        trigger = DrainTrigger(
-            store={"postgres_conn_id": "postgres_default", "schema": pg_schema,
-                   "table": "tasks"},
-            worker_id="drain-under-test",
-            settings={"claim_ttl_s": 30, "claim_batch": TASKS, "max_in_flight": 100,
-                      "backoff_s": 0.05},
-            router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-            deadline=time.time() + 90)
-        event = (await asyncio.wait_for(anext(trigger.run()), 100)).payload
+        event = await drain(pg_schema, TASKS)
         totals = httpx.get(f"{sim.url}/stats").json()["totals"]
         timeline = httpx.get(f"{sim.url}/timeline").json()["models"]["m"]
     stats = router.stats().models["m"]
@@ -89,21 +101,11 @@ async def test_with_an_output_cap_the_reservation_is_exact_and_tpm_holds(
     cap = 300
     store.enqueue([f"prompt {i}: " + "word " * (i % 30) for i in range(80)])
     with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
-        monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT", json.dumps(
-            {"conn_type": "models_backend", "host": sim.url,
-             "extra": {"timeout_s": 30, "max_output_tokens": cap}}))
+        point_backend(monkeypatch, sim.url, max_output_tokens=cap)
         router.set_quota("t", {"rpm": 10**6, "tpm": 3000, "max_concurrency": 100,
                                "window_s": sim_profile.scaled_window_s,
                                "expected_output_tokens": 10})
-        trigger = DrainTrigger(
-            store={"postgres_conn_id": "postgres_default", "schema": pg_schema,
-                   "table": "tasks"},
-            worker_id="drain-under-test",
-            settings={"claim_ttl_s": 30, "claim_batch": 80, "max_in_flight": 100,
-                      "backoff_s": 0.05},
-            router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-            deadline=time.time() + 90)
-        event = (await asyncio.wait_for(anext(trigger.run()), 100)).payload
+        event = await drain(pg_schema, 80)
         stats = httpx.get(f"{sim.url}/stats").json()
     totals, served = stats["totals"], stats["models"]["t"]
     assert event["status"] == "done", event
@@ -112,23 +114,6 @@ async def test_with_an_output_cap_the_reservation_is_exact_and_tpm_holds(
     # the answers ran far past the prior (10 per call), within the cap
     assert 80 * 50 < served["output_tokens_accepted"] <= 80 * cap, served
     assert served["peak_accepted_tokens_in_window"] <= 3000, served
-
-
-async def _drain(monkeypatch: pytest.MonkeyPatch, sim_url: str, pg_schema: str, tasks: int,
-                 *, headers: bool) -> dict[str, object]:
-    """Drain ``tasks`` prompts through the real trigger against ``sim_url``."""
-    monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT", json.dumps(
-        {"conn_type": "models_backend", "host": sim_url,
-         "extra": {"timeout_s": 30, "rate_limit_headers": headers}}))
-    trigger = DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
-        worker_id="drain-under-test",
-        settings={"claim_ttl_s": 30, "claim_batch": tasks, "max_in_flight": 100,
-                  "backoff_s": 0.05},
-        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + 90)
-    payload: dict[str, object] = (await asyncio.wait_for(anext(trigger.run()), 100)).payload
-    return payload
 
 
 @pytest.mark.timeout(120)
@@ -145,7 +130,8 @@ async def test_stated_limits_stop_the_429s_after_the_first_burst(
         router.set_quota("m", {"rpm": QUOTA_RPM, "tpm": 10**6, "max_concurrency": 100,
                                "window_s": sim_profile.scaled_window_s,
                                "expected_output_tokens": 200})
-        event = await _drain(monkeypatch, sim.url, pg_schema, TASKS, headers=True)
+        point_backend(monkeypatch, sim.url, rate_limit_headers=True)
+        event = await drain(pg_schema, TASKS)
         timeline = httpx.get(f"{sim.url}/timeline").json()["models"]["m"]
     stats = router.stats().models["m"]
     assert event["status"] == "done", event
@@ -179,7 +165,8 @@ async def test_a_varying_arrival_delay_is_measured_and_the_guard_covers_it(
         router.set_quota("m", {"rpm": 10, "tpm": 10**6, "max_concurrency": 100,
                                "window_s": sim_profile.scaled_window_s,
                                "expected_output_tokens": 200})
-        event = await _drain(monkeypatch, sim.url, pg_schema, tasks, headers=True)
+        point_backend(monkeypatch, sim.url, rate_limit_headers=True)
+        event = await drain(pg_schema, tasks)
         totals = httpx.get(f"{sim.url}/stats").json()["totals"]
     stats = router.stats().models["m"]
     print(f"{totals['rejected_429']} 429s, guard {stats.guard_ms} ms, "

@@ -98,11 +98,8 @@ local function lease_no(lid)
 end
 
 -- A 429 on model m's call `lid`, admitted at `admitted` ms: cut the share (see above).
--- Returns the new share, or nil when this 429 does not cut.
-local function eff_cut(m, lid, admitted)
-  local raw = redis.call('HGET', K_QUOTAS, m)
-  if not raw then return nil end
-  local q = cjson.decode(raw)
+-- q: the model's quota (decoded). Returns the new share, or nil when this 429 does not cut.
+local function eff_cut(m, q, lid, admitted)
   local f0, t0, n0 = eff_state(m)
   if f0 and admitted <= t0 then return nil end  -- admitted under the share already cut
   local now_share, prev_share = eff_levels(q, f0, t0, n0)

@@ -28,6 +28,11 @@ local function guard_base(q)
   return math.max(GUARD, math.floor(q.win * GUARD_SHARE))
 end
 
+-- The longest guard model m can have (how long its window log can still matter).
+local function guard_longest(q)
+  return math.max(guard_base(q), math.floor(q.win * GUARD_MAX))
+end
+
 -- The guard in force for a model with quota q, learned guard g set at time t (nil: none).
 local function guard_of(q, g, t)
   local base = guard_base(q)
@@ -38,31 +43,36 @@ local function guard_of(q, g, t)
                   math.floor(base + (g - base) / 2 ^ halvings + 0.5))
 end
 
--- The guard of model m read from Redis (for scripts that did not load the model's state).
+-- Model m's guard in force and when it was last widened (nil: never), read from Redis
+-- (for scripts that did not load the model's state).
 local function guard_read(m, q)
   local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t')
-  return guard_of(q, tonumber(h[1]), tonumber(h[2]))
+  local t = tonumber(h[2])
+  return guard_of(q, tonumber(h[1]), t), t
 end
 
--- Raise model m's guard to at least `ms`; returns true when it grew.
-local function guard_raise(m, q, ms)
-  local cap = math.floor(q.win * GUARD_MAX)
-  ms = math.min(cap, math.ceil(ms))
-  if ms <= guard_read(m, q) then return false end
+-- Raise model m's guard from `cur` to `ms` (at most the cap); returns true when it grew.
+local function guard_raise(m, q, cur, ms)
+  ms = math.min(math.floor(q.win * GUARD_MAX), math.ceil(ms))
+  if ms <= cur then return false end
   redis.call('HSET', K_HEALTH, m .. '|guard', int(ms), m .. '|guard_t', int(NOW))
   redis.call('HINCRBY', K_STATS, m .. '|guard_widened', 1)
   return true
 end
 
--- The provider reported a delay of `delay_ms` between a call's send and its arrival.
-local function guard_observe(m, q, delay_ms)
+-- The provider reported a delay of `delay_ms` between a call's send and its arrival;
+-- `allowed()` says whether the guard may widen now (asked only when it would).
+local function guard_observe(m, q, delay_ms, allowed)
   if delay_ms <= 0 then return false end
-  return guard_raise(m, q, delay_ms * GUARD_MARGIN + 5)
+  local cur = guard_read(m, q)
+  local want = delay_ms * GUARD_MARGIN + 5
+  if want <= cur or not allowed() then return false end
+  return guard_raise(m, q, cur, want)
 end
 
 -- A 429 on model m's call admitted at `admitted` ms: double the guard, once per burst.
 local function guard_widen(m, q, admitted)
-  local t = tonumber(redis.call('HGET', K_HEALTH, m .. '|guard_t'))
+  local cur, t = guard_read(m, q)
   if t and admitted <= t then return false end
-  return guard_raise(m, q, 2 * guard_read(m, q))
+  return guard_raise(m, q, cur, 2 * cur)
 end

@@ -13,15 +13,19 @@ local function record_ok(m, n, was_probe)
   return redis.call('HINCRBY', K_STATS, h .. 'completed', n)
 end
 
+-- Cool model m down until `untl` ms (a later cooldown already set stays).
+local function cool_until(m, untl)
+  local cur = tonumber(redis.call('HGET', K_HEALTH, m .. '|cool')) or 0
+  if untl > cur then redis.call('HSET', K_HEALTH, m .. '|cool', int(untl)) end
+end
+
 -- One outcome; returns the model's count of completed calls after an 'ok' (0 otherwise).
 local function record_outcome(m, outcome, retry_ms, was_probe)
   local h = m .. '|'
   if outcome == 'ok' then
     return record_ok(m, 1, was_probe)
   elseif outcome == 'rate_limited' then
-    local untl = NOW + ((retry_ms and retry_ms > 0) and retry_ms or COOLDOWN)
-    local cur = tonumber(redis.call('HGET', K_HEALTH, h .. 'cool')) or 0
-    if untl > cur then redis.call('HSET', K_HEALTH, h .. 'cool', int(untl)) end
+    cool_until(m, NOW + ((retry_ms and retry_ms > 0) and retry_ms or COOLDOWN))
     redis.call('HINCRBY', K_STATS, h .. 'rate_limited', 1)
   else
     local fails = redis.call('HINCRBY', K_HEALTH, h .. 'fails', 1)

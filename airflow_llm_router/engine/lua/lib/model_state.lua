@@ -1,8 +1,8 @@
 -- Per-model state, loaded at most once per script call and cached in STATE.
 -- Loading reclaims expired leases (freeing their slot but keeping their window usage: the
 -- provider may have served them) and trims the window log of entries older than
--- window + the model's guard (lib/guard.lua). Both steps touch at most BOUND entries; leftovers only make the state
--- more conservative until a later call trims them.
+-- window + the model's guard (lib/guard.lua). Both steps touch at most BOUND entries;
+-- leftovers only make the state more conservative until a later call trims them.
 local STATE = {}
 
 local function reclaim(m)

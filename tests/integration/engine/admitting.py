@@ -1,0 +1,47 @@
+"""Admitting one-token requests in engine tests: all that fit now, or as soon as any do."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import Admission, Wait
+
+
+def admit_all(router: RouterClient, most: int = 200) -> list[Admission]:
+    """Admit one-token requests until admission says wait (more than ``most``: a failure)."""
+    out = []
+    for _ in range(most):
+        got = router.admit(1)
+        if not isinstance(got, Admission):
+            assert isinstance(got, Wait)
+            return out
+        out.append(got)
+    raise AssertionError(f"{most} admitted: the limit did not hold")
+
+
+def _poll(take: Callable[[], list[Admission]], timeout_s: float,
+          every_s: float) -> list[Admission]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = take()
+        if got:
+            return got
+        assert time.monotonic() < deadline, "nothing admitted in time"
+        time.sleep(every_s)
+
+
+def until_admits(router: RouterClient, every_s: float, timeout_s: float = 10.0,
+                 ) -> list[Admission]:
+    """As soon as the window (and any cooldown) let a call in again, all it takes."""
+    return _poll(lambda: admit_all(router), timeout_s, every_s)
+
+
+def first_admission(router: RouterClient, timeout_s: float = 10.0) -> Admission:
+    """One admission, as soon as there is room for it."""
+    def one() -> list[Admission]:
+        got = router.admit(1)
+        return [got] if isinstance(got, Admission) else []
+
+    return _poll(one, timeout_s, 0.005)[0]
