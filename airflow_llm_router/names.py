@@ -12,7 +12,14 @@ import re
 
 from airflow_llm_router.exceptions import ModelNameError
 
-__all__ = ["MODEL_NAME_RE", "MODEL_NAME_RULE", "validate_model_name"]
+__all__ = [
+    "DEFAULT_KIND",
+    "MAX_KIND_CHARS",
+    "MODEL_NAME_RE",
+    "MODEL_NAME_RULE",
+    "kind_problem",
+    "validate_model_name",
+]
 
 #: Model names become part of Redis keys and lease ids: no braces (hash tags), no '#'
 #: (lease ids), no '|' (counters), no spaces.
@@ -32,3 +39,26 @@ def validate_model_name(field: str, value: object) -> str:
     if not isinstance(value, str) or not MODEL_NAME_RE.match(value):
         raise ModelNameError(field, f"{value!r} is not a valid model name ({MODEL_NAME_RULE})")
     return value
+
+
+#: The kind of a task enqueued without one; the engine learns no separate estimate for it.
+DEFAULT_KIND = "default"
+
+#: Longest task ``kind`` label (a task's type: estimates are learned per model and kind).
+MAX_KIND_CHARS = 100
+
+
+def kind_problem(kind: object) -> str | None:
+    """What is wrong with ``kind`` as a task kind label (with the fix), or None if usable.
+
+    Shared by the store (enqueue) and the engine (admission), so a kind the store accepts
+    is one the engine can learn from.
+    """
+    if not isinstance(kind, str) or not kind.strip():
+        return f"must be a non-empty string, got {kind!r}"
+    if len(kind) > MAX_KIND_CHARS:
+        return f"has {len(kind)} characters; use a short label of at most {MAX_KIND_CHARS}"
+    if not kind.isprintable():
+        return ("must be printable text (no control characters, line breaks or lone "
+                "surrogates); use a short label such as 'summary'")
+    return None

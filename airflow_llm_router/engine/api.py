@@ -188,11 +188,13 @@ class RouterAPI:
         priority: Priority = "bulk",
         request_id: str | None = None,
         estimated_output_tokens: int | None = None,
+        kind: str | None = None,
     ) -> Steps[Admission | Wait]:
         """Reserve capacity for one call, or learn how long to wait.
 
         Give ``estimated_tokens`` (input + output), or ``input_tokens`` and let the engine
-        add the chosen model's learned output per call.
+        add the chosen model's learned output per call (per ``kind``, if given: see
+        :class:`AdmitRequest`).
 
         :raises ImpossibleRequestError: no allowed model could ever admit it.
         """
@@ -203,6 +205,7 @@ class RouterAPI:
             models=tuple(models) if models is not None else None,
             ordered=ordered,
             priority=priority,
+            kind=kind,
             **({"request_id": request_id} if request_id else {}),
         )
         decisions = yield from self._admit([request])

@@ -26,6 +26,7 @@ from airflow_llm_router.engine.types import (
     RouterSettings,
     Wait,
 )
+from airflow_llm_router.names import kind_problem
 
 __all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step", "encode_request"]
 
@@ -231,12 +232,21 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     models = _encode_models(r)
     hot = 1 if r.priority == "hot" else 0
     ordered = 1 if r.ordered else 0
+    if not isinstance(r.request_id, str) or not r.request_id or not r.request_id.isprintable():
+        raise ValueError(f"request_id: {r.request_id!r} must be non-empty printable text "
+                         "(it is kept in the lease's record)")
+    kind: list[str] = []
+    if r.kind is not None:
+        problem = kind_problem(r.kind)
+        if problem:
+            raise ValueError(f"kind: {problem}")
+        kind = [r.kind]
     if r.input_tokens is not None:
         if r.estimated_tokens is not None:
             raise ValueError("input_tokens: give either estimated_tokens or input_tokens")
         if not isinstance(r.input_tokens, int) or r.input_tokens < 0:
             raise ValueError(f"input_tokens: {r.input_tokens!r} is not a whole number >= 0")
-        return [r.request_id, hot, -1, r.input_tokens, -1, ordered, models]
+        return [r.request_id, hot, -1, r.input_tokens, -1, ordered, models, *kind]
     if not isinstance(r.estimated_tokens, int) or r.estimated_tokens < 1:
         raise ValueError(
             f"estimated_tokens: {r.estimated_tokens!r} is not a whole number >= 1 "
@@ -250,7 +260,7 @@ def encode_request(r: AdmitRequest) -> list[Any]:
         )
     total = r.estimated_tokens
     inp, outp = (total, total) if out is None else (total - out, out)
-    return [r.request_id, hot, total, inp, outp, ordered, models]
+    return [r.request_id, hot, total, inp, outp, ordered, models, *kind]
 
 
 def _encode_models(r: AdmitRequest) -> list[str] | int:

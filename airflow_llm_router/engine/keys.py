@@ -49,7 +49,11 @@ MODEL_KEYS: dict[str, str] = {
     "K_WIN": "win:",  # ZSET lease id -> admission time ms (the sliding-window log)
     "K_WTOK": "wtok:",  # HASH lease id -> "sum:in:out" tokens; "_s", "_i", "_o" totals
     "K_LIVE": "live:",  # ZSET lease id -> lease expiry ms (in-flight calls)
-    "K_OBS": "obs:",  # LIST recent actual output tokens (newest first, capped)
+    "K_OBS": "obs:",  # LIST recent actual output tokens (newest first, capped); also
+    #                  "obs:<model>|k|<kind>" for one task kind (lib/kinds.lua)
+    # HASH per task kind: "o|<kind>" output estimate, "l|<kind>" latency ms, "n|<kind>"
+    #      outputs observed, "t|<kind>" last seen ms (bounded, expiring: lib/kinds.lua)
+    "K_KIND": "kinds:",
 }
 
 RELEASED_CHANNEL = "released"

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_llm_router.engine.quota import ModelQuota
 
-__all__ = ["ModelStats", "RouterStats"]
+__all__ = ["KindStats", "ModelStats", "RouterStats"]
+
+
+@dataclass(frozen=True)
+class KindStats:
+    """What the engine learned of one task kind on one model."""
+
+    #: output tokens reserved per call of this kind (95th percentile of its recent calls)
+    output_estimate: int | None
+    #: latency per call (ms, EWMA), None before a call of it was released
+    latency_ms: float | None
+    #: outputs observed so far
+    observed: int
+    #: since the kind was last seen (ms)
+    seen_ms_ago: int
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,9 @@ class ModelStats:
     #: while the engine has learned that calls reach the provider late (docs/engine.md,
     #: "Guard"); 0 from an engine that predates it.
     guard_ms: int = 0
+    #: what the engine learned per task kind (:class:`KindStats`), for kinds admitted with
+    #: ``AdmitRequest.kind`` and seen in the last day.
+    kinds: dict[str, KindStats] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -52,6 +69,21 @@ def _effective(doc: dict[str, Any] | None) -> dict[str, int] | None:
     if not doc:
         return None
     return {_EFFECTIVE_NAMES[k]: int(v) for k, v in doc.items() if k in _EFFECTIVE_NAMES}
+
+
+def _kinds(doc: Any) -> dict[str, KindStats]:
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        kind: KindStats(
+            output_estimate=None if k.get("output_estimate") is None
+            else int(k["output_estimate"]),
+            latency_ms=None if k.get("latency_ms") is None else float(k["latency_ms"]),
+            observed=int(k.get("observed") or 0),
+            seen_ms_ago=int(k.get("seen_ms_ago") or 0),
+        )
+        for kind, k in sorted(doc.items())
+    }
 
 
 @dataclass(frozen=True)
@@ -82,6 +114,7 @@ class RouterStats:
                 limit_share=float(m.get("share", 1.0)),
                 effective=_effective(m.get("effective")),
                 guard_ms=int(m.get("guard_ms") or 0),
+                kinds=_kinds(m.get("kinds")),
             )
         return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models)
 

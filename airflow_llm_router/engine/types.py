@@ -69,7 +69,8 @@ class RouterSettings(BaseModel):
 class AdmitRequest:
     """One prompt asking for capacity: give ``estimated_tokens`` (input + output) or
     ``input_tokens`` alone, and the engine adds the chosen model's learned output per call
-    (the 95th percentile of its recent calls, ``expected_output_tokens`` before any).
+    (the 95th percentile of its recent calls, ``expected_output_tokens`` before any; with a
+    ``kind``, of that kind's recent calls on the model once it has a few).
 
     :param estimated_tokens: input + output tokens expected (settled later with actuals).
     :param estimated_output_tokens: the output share of the estimate, when known; needed only
@@ -81,6 +82,10 @@ class AdmitRequest:
     :param priority: ``"hot"`` is admitted ahead of ``"bulk"``.
     :param request_id: makes a retried admission idempotent; also the prompt's place in the
         wait queue, so reuse it for every retry of the same prompt.
+    :param kind: the task's type (``"summary"``, ``"essay"``): the engine learns output
+        tokens and latency per model and kind from the calls admitted with it (bounded:
+        32 kinds per model, each forgotten a day after it was last seen). ``None``: the
+        model's estimates only.
     """
 
     estimated_tokens: int | None = None
@@ -90,6 +95,7 @@ class AdmitRequest:
     ordered: bool = True
     priority: Priority = "bulk"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    kind: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.solver.settings import DrainSettings
@@ -59,7 +60,8 @@ def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
     trigger of the same claim reuses its leases; a new claim of the task starts afresh."""
     return [
         SolveItem(key=str(t.id), prompt=t.prompt, request_id=f"task-{t.id}:{t.claim_token}",
-                  models=t.allowed_models, ordered=True, priority=t.priority)
+                  models=t.allowed_models, ordered=True, priority=t.priority,
+                  kind=None if t.kind == DEFAULT_KIND else t.kind)
         for t in claimed
     ]
 

@@ -21,6 +21,8 @@ class SolveItem:
     :param key: the caller's id for it (task id in the store, index for direct prompts).
     :param request_id: stable per attempt of the task (e.g. task id + claim token), so a
         restarted trigger gets its live leases back instead of reserving twice.
+    :param kind: the task's type; the engine learns output tokens per model and kind
+        (``AdmitRequest.kind``). None: the model's estimates only.
     """
 
     key: str
@@ -30,6 +32,7 @@ class SolveItem:
     ordered: bool = True
     priority: str = "bulk"
     max_output_tokens: int | None = None
+    kind: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)

@@ -126,7 +126,7 @@ class Solver:
                 estimated_tokens=None if cap is None else tokens + cap,
                 estimated_output_tokens=cap, models=item.models, ordered=item.ordered,
                 priority=item.priority,  # type: ignore[arg-type]
-                request_id=f"{item.request_id}:{calls + 1}")
+                request_id=f"{item.request_id}:{calls + 1}", kind=item.kind)
             asked = time.monotonic()
             try:
                 lease = await self.admitter.admit(request, max(0.0, self._left()))

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.store import checks, models
 from airflow_llm_router.store.connection import StoreConnection
 from airflow_llm_router.store.models import (
@@ -46,7 +47,7 @@ class TaskStore(StoreConnection):
         *,
         priority: str = "bulk",
         allowed_models: Sequence[str] | None = None,
-        kind: str = "default",
+        kind: str = DEFAULT_KIND,
         max_attempts: int = 5,
         metadata: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:

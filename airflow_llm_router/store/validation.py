@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_llm_router.exceptions import TaskValidationError
-from airflow_llm_router.names import validate_model_name
+from airflow_llm_router.names import MAX_KIND_CHARS, kind_problem, validate_model_name
 
 __all__ = [
     "DEFAULT_MAX_PROMPT_CHARS",
@@ -33,8 +33,6 @@ __all__ = [
 DEFAULT_MAX_PROMPT_CHARS = 1_000_000
 #: Most models one task may list.
 MAX_ALLOWED_MODELS = 64
-#: Longest ``kind`` label.
-MAX_KIND_CHARS = 100
 #: Most claims a task may be allowed.
 MAX_ATTEMPTS = 1000
 #: Largest metadata dict of one task, as compact JSON (characters).
@@ -152,16 +150,10 @@ def validate_allowed_models(allowed_models: object) -> list[str] | None:
 
 
 def validate_kind(kind: object) -> str:
-    if not isinstance(kind, str) or not kind.strip():
-        raise TaskValidationError("kind", f"must be a non-empty string, got {kind!r}")
-    if len(kind) > MAX_KIND_CHARS:
-        raise TaskValidationError(
-            "kind", f"has {len(kind)} characters; use a short label of at most {MAX_KIND_CHARS}")
-    if not kind.isprintable():
-        raise TaskValidationError(
-            "kind", "must be printable text (no control characters, line breaks or lone "
-            "surrogates); use a short label such as 'summary'")
-    return kind
+    problem = kind_problem(kind)
+    if problem:
+        raise TaskValidationError("kind", problem)
+    return kind  # type: ignore[return-value]  # kind_problem checked it is a str
 
 
 def validate_max_attempts(max_attempts: object) -> int:

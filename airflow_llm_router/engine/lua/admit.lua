@@ -1,8 +1,9 @@
 -- admit: decide a batch of requests in one call; each is admitted (a lease is reserved on
 -- one model) or told how long to wait, or rejected when no allowed model could ever take it.
 -- ARGV[2]: JSON [[request id, hot 0/1, tokens, input tokens, output tokens, ordered 0/1,
---                [models] or 0 for any], ...]  (tokens are estimates until complete;
---                tokens and output -1: input + the chosen model's learned output)
+--                [models] or 0 for any, kind (optional)], ...]  (tokens are estimates
+--                until complete; tokens and output -1: input + the chosen model's learned
+--                output, for the kind if given; the lease records the kind: lib/kinds.lua)
 -- Reply per request: {'A', model, lease id, ttl ms, reused 0/1} | {'W', wait ms, reason}
 --                    | {'E', reason, model or ''}
 local reqs = cjson.decode(ARGV[2])
@@ -47,7 +48,7 @@ local function reserve(st, req)
   st.head = nil
   model_add(st, lid, need)
   NEW_LEASES[#NEW_LEASES + 1] = lid
-  NEW_LEASES[#NEW_LEASES + 1] = lease_record(NOW, probe, req.rid)
+  NEW_LEASES[#NEW_LEASES + 1] = lease_record(NOW, probe, req.rid, req.k)
   NEW_RIDS[#NEW_RIDS + 1], NEW_RIDS[#NEW_RIDS + 2] = req.rid, lid
   ADMITTED[req.rid] = lid
   return lid
@@ -107,8 +108,10 @@ for k, r in ipairs(reqs) do
   local ms = nil
   if type(r[7]) == 'table' then ms = r[7] end
   LEFT = #reqs - k + 1
+  local kind = nil
+  if type(r[8]) == 'string' then kind = r[8] end
   out[k] = decide({rid = r[1], hot = r[2] == 1, s = r[3], i = r[4], o = r[5],
-                   ordered = r[6] == 1, ms = ms})
+                   ordered = r[6] == 1, ms = ms, k = kind})
 end
 for _, st in pairs(STATE) do model_flush(st) end
 if #NEW_LEASES > 0 then

@@ -11,43 +11,13 @@
 --          (cap the effective limit, lib/effective.lua).
 -- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
 -- A live lease released 'ok' also feeds the model's latency estimate (ms, admission to
--- completion) in K_EST '<model>|lat'; one released 'rate_limited' may cut the model's
+-- completion) in K_EST '<model>|lat' and its output estimate, model-wide and for the kind
+-- the lease was admitted with (lib/kinds.lua); one released 'rate_limited' may cut the model's
 -- effective limit (lib/effective.lua).
 -- The batch is settled model by model, with one call per key for all of a model's leases
 -- (the common case: every outcome 'ok'); a model with a 429 or an error in the batch has
 -- its outcomes recorded one by one, in order, as the breaker's count depends on it.
 local items = cjson.decode(ARGV[2])
-local OBSERVED = 64
-local LAT_ALPHA = 0.2
-
--- Latency EWMA, O(1) per observation: the first replaces the quota's prior (stats report
--- the prior until then), each later one moves the estimate LAT_ALPHA of the way towards it.
--- After a model's first 16 completions only every 4th is sampled.
-local function observe_latency(m, samples)
-  if #samples == 0 then return end
-  local f = m .. '|lat'
-  local cur = tonumber(redis.call('HGET', K_EST, f))
-  for _, ms in ipairs(samples) do
-    if cur then cur = cur + LAT_ALPHA * (ms - cur) else cur = ms end
-  end
-  redis.call('HSET', K_EST, f, string.format('%.3f', cur))
-end
-
--- Keep the model's output estimate at the 95th percentile of its last OBSERVED calls:
--- recomputed when the batch holds one of its first 32 completions (a cold start converges
--- fast) or a multiple of 8 (the sort is the costly part).
-local function observe_output(m, outputs, recompute)
-  if #outputs == 0 then return end
-  local key = K_OBS(m)
-  if redis.call('LPUSH', key, unpack(outputs)) > OBSERVED + 16 then  -- trimmed every ~16
-    redis.call('LTRIM', key, 0, OBSERVED - 1)
-  end
-  if not recompute then return end
-  local seen = redis.call('LRANGE', key, 0, OBSERVED - 1)
-  for k = 1, #seen do seen[k] = tonumber(seen[k]) end
-  table.sort(seen)
-  redis.call('HSET', K_EST, m, seen[math.max(1, math.ceil(#seen * 0.95))])
-end
 
 -- Window entries of these leases get their actual tokens; the window totals move by actual
 -- minus estimate. One read and one write. Returns lease id -> whether it is in the window.
@@ -196,22 +166,34 @@ for _, m in ipairs(models) do
       end
     end
   end
-  local latencies, outputs, recompute = {}, {}, false
+  -- learned estimates (lib/kinds.lua): model-wide after a model's first 16 completions
+  -- from every 4th latency, and per kind (the lease's, while it lived) from every call
+  local latencies, outputs, recompute, kinds, kind_names = {}, {}, false, {}, {}
   for k, it in ipairs(batch) do
     local c = completed[k] or 0
     local rec = RECORDS[it[1]]
     if it[4] == 'ok' then
-      if rec and rec.t and (c <= 16 or c % 4 == 0) then
-        latencies[#latencies + 1] = math.max(0, NOW - rec.t)
+      local kd = rec and rec.k and kinds[rec.k]
+      if rec and rec.k and not kd then
+        kd = {o = {}, l = {}}
+        kinds[rec.k] = kd
+        kind_names[#kind_names + 1] = rec.k
+      end
+      if rec and rec.t then
+        local ms = math.max(0, NOW - rec.t)
+        if c <= 16 or c % 4 == 0 then latencies[#latencies + 1] = ms end
+        if kd then kd.l[#kd.l + 1] = ms end
       end
       if it[3] >= 0 then
         outputs[#outputs + 1] = it[3]
         if c <= 32 or c % 8 == 0 then recompute = true end
+        if kd then kd.o[#kd.o + 1] = it[3] end
       end
     end
   end
-  observe_latency(m, latencies)
-  observe_output(m, outputs, recompute)
+  observe_ewma(K_EST, m .. '|lat', latencies)
+  observe_p95(K_OBS(m), K_EST, m, outputs, recompute)
+  for _, kind in ipairs(kind_names) do kind_observe(m, kind, kinds[kind].o, kinds[kind].l) end
   provider_said(m, batch)
 end
 

@@ -94,6 +94,9 @@ class SimulatorProfile(BaseModel):
         says when each was counted.
     :param rate_limit_headers: answer with ``x-ratelimit-limit-*``, ``-remaining-*`` and
         ``-reset-*`` headers (requests and tokens), as OpenAI-style providers do.
+    :param output_scale_by_prefix: a prompt that starts with one of these prefixes has its
+        output tokens multiplied by its factor (then clipped to the model's range): a task
+        kind that asks for a short or a long answer (``{"summary:": 0.1, "essay:": 3}``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -109,6 +112,7 @@ class SimulatorProfile(BaseModel):
     slowdown: float = Field(default=1.0, gt=0)
     arrival_jitter_s: float = Field(default=0.0, ge=0, le=60)
     rate_limit_headers: bool = False
+    output_scale_by_prefix: dict[str, float] = Field(default_factory=dict)
     models: list[ModelProfile] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -118,7 +122,18 @@ class SimulatorProfile(BaseModel):
             raise ValueError("model names must be unique")
         if self.error_rate + self.timeout_rate + self.truncate_rate > 1:
             raise ValueError("error_rate + timeout_rate + truncate_rate must be <= 1")
+        bad = [p for p, f in self.output_scale_by_prefix.items() if not p or f <= 0]
+        if bad:
+            raise ValueError(f"output_scale_by_prefix: {bad!r}: each prefix must be non-empty "
+                             "and its factor > 0")
         return self
+
+    def output_scale(self, prompt: str) -> float:
+        """The output factor of ``prompt``'s prefix (``output_scale_by_prefix``), else 1."""
+        for prefix, factor in self.output_scale_by_prefix.items():
+            if prompt.startswith(prefix):
+                return factor
+        return 1.0
 
     @property
     def scaled_window_s(self) -> float:

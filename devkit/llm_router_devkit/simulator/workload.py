@@ -74,10 +74,11 @@ def prompt_key(seed: int, model: str, prompt: str) -> bytes:
     return h.digest()
 
 
-def draw_output_tokens(model: ModelProfile, key: bytes) -> int:
-    """Lognormal output tokens with mean ``output_tokens_mean``, clipped to the model's range."""
+def draw_output_tokens(model: ModelProfile, key: bytes, scale: float = 1.0) -> int:
+    """Lognormal output tokens with mean ``output_tokens_mean`` x ``scale``, clipped to the
+    model's range."""
     sigma = model.output_tokens_sigma
-    mu = math.log(model.output_tokens_mean) - sigma * sigma / 2
+    mu = math.log(model.output_tokens_mean * scale) - sigma * sigma / 2
     value = round(math.exp(mu + sigma * _normal(key, 1)))
     return min(max(value, model.output_tokens_min), model.output_tokens_max)
 
@@ -101,7 +102,7 @@ def draw(
 ) -> Draw:
     """The deterministic cost of ``prompt`` on ``model`` (capped by ``max_output_tokens``)."""
     key = prompt_key(profile.seed, model.name, prompt)
-    output_tokens = draw_output_tokens(model, key)
+    output_tokens = draw_output_tokens(model, key, profile.output_scale(prompt))
     if max_output_tokens is not None:
         output_tokens = max(1, min(output_tokens, max_output_tokens))
     latency = draw_latency(model, key, output_tokens)

@@ -78,10 +78,12 @@ local function blocked(st, need, res)
 end
 
 -- The tokens a request needs on this model: as given, or, when the caller left the
--- output to the engine (s < 0), its input plus the model's learned output per call.
+-- output to the engine (s < 0), its input plus the model's learned output per call (for
+-- the request's kind, if it has one: lib/kinds.lua).
 local function need_for(st, req)
   if req.s >= 0 then return req end
-  return {s = req.i + st.est, i = req.i, o = st.est}
+  local est = kind_estimate(st.m, st.est, req.k)
+  return {s = req.i + est, i = req.i, o = est}
 end
 
 -- Why a request could never fit this model, or nil.

@@ -30,16 +30,21 @@ local function int(x)
   return string.format('%d', x)
 end
 
--- A lease's record in K_LEASES: "<admitted ms>:<probe 0/1>:<request id>" (a string, not
--- JSON: encoding and decoding it is a pattern match, on the path of every admission).
-local function lease_record(t, probe, rid)
+-- A lease's record in K_LEASES: "<admitted ms>:<probe 0/1>:<request id>", then "\31<kind>"
+-- when admitted with a task kind (a string, not JSON: encoding and decoding it is a pattern
+-- match, on the path of every admission; kinds are printable, request ids hold no \31).
+local function lease_record(t, probe, rid, kind)
+  if kind then return int(t) .. ':' .. probe .. ':' .. rid .. '\31' .. kind end
   return int(t) .. ':' .. probe .. ':' .. rid
 end
 
--- {t = admitted ms, p = 1 for a breaker probe, r = request id}; reads the JSON records of
--- earlier versions too (a lease lives one TTL, so they are gone after an upgrade).
+-- {t = admitted ms, p = 1 for a breaker probe, r = request id, k = kind or nil}; reads the
+-- JSON records of earlier versions too (a lease lives one TTL, so they are gone after an
+-- upgrade).
 local function lease_fields(info)
-  local t, p, r = string.match(info, '^(%d+):([01]):(.*)$')
+  local t, p, r, k = string.match(info, '^(%d+):([01]):([^\31]*)\31(.*)$')
+  if t then return {t = tonumber(t), p = tonumber(p), r = r, k = k} end
+  t, p, r = string.match(info, '^(%d+):([01]):(.*)$')
   if t then return {t = tonumber(t), p = tonumber(p), r = r} end
   return cjson.decode(info)
 end

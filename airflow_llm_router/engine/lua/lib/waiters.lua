@@ -63,7 +63,7 @@ end
 local function waiter_add(rid, rank, req, wait_ms)
   local first = rank
   if not req.hot then first = rank - HOT_AHEAD end
-  local info = {f = first, h = req.hot, s = req.s, i = req.i, o = req.o, ms = req.ms}
+  local info = {f = first, h = req.hot, s = req.s, i = req.i, o = req.o, ms = req.ms, k = req.k}
   redis.call('ZADD', K_WAITERS, 'NX', int(rank), rid)
   redis.call('HSET', K_WAIT_INFO, rid, cjson.encode(info))
   redis.call('ZADD', K_WAIT_DEADLINES, int(NOW + wait_ms + WAITER_TTL), rid)

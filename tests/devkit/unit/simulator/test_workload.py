@@ -118,3 +118,19 @@ def test_truncate_faults_take_their_own_share_after_errors_and_timeouts() -> Non
     before = SimulatorProfile.default(error_rate=0.1, timeout_rate=0.1)
     assert all(draw_fault(before, key, a) is f for a, f in enumerate(outcomes)
                if f is not Fault.TRUNCATED)
+
+
+def test_a_prompt_prefix_scales_its_output() -> None:
+    model = ModelProfile(name="m", median_s=1.0, sigma=0.3, min_s=0.1, max_s=10.0,
+                         output_tokens_mean=400, output_tokens_sigma=0.3,
+                         output_tokens_max=10_000)
+    profile = SimulatorProfile(models=[model],
+                               output_scale_by_prefix={"summary:": 0.1, "essay:": 2.0})
+    mean = {p: statistics.mean(draw(profile, model, f"{p} {i}").output_tokens
+                               for i in range(300))
+            for p in ("summary:", "essay:", "plain")}
+    assert 30 < mean["summary:"] < 50
+    assert 700 < mean["essay:"] < 900
+    assert 350 < mean["plain"] < 450
+    with pytest.raises(ValueError, match="output_scale_by_prefix"):
+        SimulatorProfile(models=[model], output_scale_by_prefix={"x": 0})

@@ -1,0 +1,120 @@
+-- Learned estimates: a model's output tokens per call (the 95th percentile of its last
+-- OBSERVED calls) and latency (EWMA), model-wide and per task kind. Prompts of one kind
+-- (a summary, an essay) differ far less from each other than the model's mix does, so a
+-- kind's own percentile reserves less for short kinds and enough for long ones.
+-- Per model, K_KIND(m) holds "o|<kind>" (output estimate), "l|<kind>" (latency ms),
+-- "n|<kind>" (outputs observed) and "t|<kind>" (last seen ms); a kind's recent outputs are
+-- the list K_OBS(m .. '|k|' .. kind) (model names hold no '|': no clash with a model's).
+-- Bounded: at most KIND_MAX kinds per model (the least recently seen is dropped) and each
+-- forgotten KIND_TTL after it was last seen, so free-form labels cannot grow Redis.
+local OBSERVED = 64
+local LAT_ALPHA = 0.2
+local KIND_MAX = 32
+local KIND_TTL = 86400000
+-- a kind's percentile is trusted alone after this many outputs; before, the reservation
+-- is the larger of it and the model's, so a kind's first short answers cannot undercut
+local KIND_TRUST = 8
+
+-- EWMA of `samples` in hash field h[f], O(1) per sample: the first replaces the prior,
+-- each later one moves the estimate LAT_ALPHA of the way towards it.
+local function observe_ewma(h, f, samples)
+  if #samples == 0 then return end
+  local cur = tonumber(redis.call('HGET', h, f))
+  for _, ms in ipairs(samples) do
+    if cur then cur = cur + LAT_ALPHA * (ms - cur) else cur = ms end
+  end
+  redis.call('HSET', h, f, string.format('%.3f', cur))
+end
+
+-- Push `outputs` to the list `key` (kept to about OBSERVED) and, if `recompute`, store its
+-- 95th percentile in h[f] (the sort is the costly part: callers recompute on a cadence).
+local function observe_p95(key, h, f, outputs, recompute)
+  if #outputs == 0 then return end
+  if redis.call('LPUSH', key, unpack(outputs)) > OBSERVED + 16 then  -- trimmed every ~16
+    redis.call('LTRIM', key, 0, OBSERVED - 1)
+  end
+  if not recompute then return end
+  local seen = redis.call('LRANGE', key, 0, OBSERVED - 1)
+  for k = 1, #seen do seen[k] = tonumber(seen[k]) end
+  table.sort(seen)
+  redis.call('HSET', h, f, seen[math.max(1, math.ceil(#seen * 0.95))])
+end
+
+-- After kind `new` first appears on model m: forget kinds unseen for KIND_TTL and, while
+-- more than KIND_MAX remain, the least recently seen. Reads at most 4 x (KIND_MAX + 1)
+-- fields, only when a kind is new.
+local function kind_bound(m, new)
+  local h = K_KIND(m)
+  local raw = redis.call('HGETALL', h)
+  local seen = {}
+  for k = 1, #raw, 2 do
+    local kind = string.match(raw[k], '^t|(.*)$')
+    if kind and kind ~= new then seen[#seen + 1] = {kind, tonumber(raw[k + 1]) or 0} end
+  end
+  table.sort(seen, function(a, b) return a[2] < b[2] end)
+  local drop = math.max(0, #seen + 1 - KIND_MAX)
+  for k, e in ipairs(seen) do
+    if k <= drop or NOW - e[2] > KIND_TTL then
+      redis.call('HDEL', h, 'o|' .. e[1], 'l|' .. e[1], 'n|' .. e[1], 't|' .. e[1])
+      redis.call('DEL', K_OBS(m .. '|k|' .. e[1]))
+    end
+  end
+end
+
+-- Learn from one model's settled calls of one kind: outputs (tokens) and latencies (ms).
+local function kind_observe(m, kind, outputs, latencies)
+  local h = K_KIND(m)
+  if redis.call('HSET', h, 't|' .. kind, int(NOW)) == 1 then kind_bound(m, kind) end
+  observe_ewma(h, 'l|' .. kind, latencies)
+  if #outputs > 0 then
+    local n = redis.call('HINCRBY', h, 'n|' .. kind, #outputs)
+    local before = n - #outputs
+    local key = K_OBS(m .. '|k|' .. kind)
+    observe_p95(key, h, 'o|' .. kind, outputs,
+                before < 32 or math.floor(n / 8) > math.floor(before / 8))
+    redis.call('PEXPIRE', key, KIND_TTL)
+  end
+  redis.call('PEXPIRE', h, KIND_TTL)
+end
+
+-- The output tokens to reserve for a call of `kind` on model m whose model-wide estimate
+-- is `est`: the kind's own percentile once trusted, else the larger of both. One HMGET
+-- per (model, kind) per script call.
+local KIND_EST = {}
+local function kind_estimate(m, est, kind)
+  if not kind then return est end
+  local id = m .. '|' .. kind
+  local v = KIND_EST[id]
+  if v == nil then
+    local r = redis.call('HMGET', K_KIND(m), 'o|' .. kind, 'n|' .. kind, 't|' .. kind)
+    local o, n, t = tonumber(r[1]), tonumber(r[2]) or 0, tonumber(r[3])
+    v = false
+    if o and t and NOW - t <= KIND_TTL then v = {o = o, n = n} end
+    KIND_EST[id] = v
+  end
+  if not v then return est end
+  if v.n >= KIND_TRUST then return v.o end
+  return math.max(v.o, est)
+end
+
+-- Model m's kinds as {kind = {output_estimate, latency_ms, observed, seen_ms_ago}}, or nil
+-- without any (for stats).
+local function kinds_of(m)
+  local raw = redis.call('HGETALL', K_KIND(m))
+  if #raw == 0 then return nil end
+  local f = {}
+  for k = 1, #raw, 2 do f[raw[k]] = raw[k + 1] end
+  local out, any = {}, false
+  for k = 1, #raw, 2 do
+    local kind = string.match(raw[k], '^t|(.*)$')
+    local t = kind and tonumber(raw[k + 1])
+    if t and NOW - t <= KIND_TTL then
+      out[kind] = {output_estimate = tonumber(f['o|' .. kind]),
+                   latency_ms = tonumber(f['l|' .. kind]),
+                   observed = tonumber(f['n|' .. kind]) or 0, seen_ms_ago = NOW - t}
+      any = true
+    end
+  end
+  if any then return out end
+  return nil
+end

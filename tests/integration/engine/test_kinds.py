@@ -1,0 +1,90 @@
+"""Estimates per task kind: learned per (model, kind), trusted after a few calls, bounded in
+number and forgotten after a day (lib/kinds.lua), against real Redis."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.keys import RouterKeys
+from airflow_llm_router.engine.types import Admission
+
+BIG = {"rpm": 100_000, "tpm": 10**9, "max_concurrency": 10_000, "expected_output_tokens": 100}
+
+
+def _calls(router: RouterClient, kind: str | None, outputs: list[int], model: str = "a",
+           ) -> None:
+    for out in outputs:
+        lease = router.admit(input_tokens=10, models=[model], kind=kind)
+        assert isinstance(lease, Admission)
+        router.complete(lease.lease_id, 10, out)
+
+
+def _reserved(router: RouterClient, kind: str | None, model: str = "a") -> int:
+    """Output tokens one admission of ``kind`` reserves now (left in flight)."""
+    before = router.stats().models[model].tokens
+    lease = router.admit(input_tokens=10, models=[model], kind=kind)
+    assert isinstance(lease, Admission)
+    return router.stats().models[model].tokens - before - 10
+
+
+def test_each_kind_reserves_its_own_percentile(router: RouterClient) -> None:
+    router.set_quota("a", BIG)
+    router.set_quota("b", BIG)
+    _calls(router, "summary", [20] * 10)
+    _calls(router, "essay", [800] * 10)
+    stats = router.stats().models["a"]
+    assert stats.output_estimate == 800  # the model's mix: the essays' share is > 5 %
+    assert {k: (v.output_estimate, v.observed) for k, v in stats.kinds.items()} == {
+        "summary": (20, 10), "essay": (800, 10)}
+    assert stats.kinds["summary"].latency_ms is not None
+    assert _reserved(router, "summary") == 20
+    assert _reserved(router, "essay") == 800
+    assert _reserved(router, None) == 800
+    # a kind learned on one model says nothing of another
+    assert _reserved(router, "summary", model="b") == 100
+    assert router.stats().models["b"].kinds == {}
+
+
+def test_a_new_kind_reserves_at_least_the_models_estimate_until_trusted(
+        router: RouterClient) -> None:
+    router.set_quota("a", BIG)
+    _calls(router, None, [500] * 10)
+    _calls(router, "short", [5] * 7)
+    assert _reserved(router, "short") == 500  # 7 calls: not yet its own
+    _calls(router, "short", [5])
+    assert _reserved(router, "short") == 5  # 8 calls: trusted
+
+
+def test_kinds_per_model_are_bounded_and_expire(router: RouterClient, redis_url: str,
+                                                namespace: str) -> None:
+    router.set_quota("a", BIG)
+    for k in range(33):
+        _calls(router, f"k{k}", [k + 1])
+    kinds = router.stats().models["a"].kinds
+    assert len(kinds) == 32 and "k0" not in kinds and "k32" in kinds  # least recent gone
+    keys = RouterKeys(namespace)
+    r = redis.Redis.from_url(redis_url)
+    try:
+        assert not r.exists(keys.model("K_OBS", "a|k|k0"))  # its observations went with it
+        assert r.llen(keys.model("K_OBS", "a|k|k32")) == 1
+        day_ms = 86_400_000
+        for key in (keys.model("K_KIND", "a"), keys.model("K_OBS", "a|k|k32")):
+            assert 0 < r.pttl(key) <= day_ms  # forgotten a day after last seen
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"kind": ""}, "kind"),
+    ({"kind": "x" * 101}, "kind"),
+    ({"kind": "line\nbreak"}, "kind"),
+    ({"request_id": "a\x1fb"}, "request_id"),
+])
+def test_bad_kind_or_request_id_names_the_field(router: RouterClient, kwargs: dict,
+                                                field: str) -> None:
+    router.set_quota("a", BIG)
+    with pytest.raises(ValueError, match=field):
+        router.admit(input_tokens=10, **kwargs)
+    assert router.stats().models["a"].requests == 0
