@@ -20,6 +20,8 @@ name                                      type     when
 ``llm_router.tpm_used_pct.<model>``       gauge    window tokens / tpm, percent
 ``llm_router.limit_share.<model>``        gauge    share of the quota in force (1: the quota;
                                                    less: learned from the provider's 429s)
+``llm_router.guard_ms.<model>``           gauge    how long past its window an admission
+                                                   counts (ms; widened by late arrivals)
 ``llm_router.waiting``                    gauge    requests waiting for capacity
 ========================================  =======  ==========================================
 
@@ -113,6 +115,7 @@ def usage(stats: RouterStats) -> None:
         _emit("gauge", "window_requests", m.requests, model=name)
         _emit("gauge", "window_tokens", m.tokens, model=name)
         _emit("gauge", "limit_share", m.limit_share, model=name)
+        _emit("gauge", "guard_ms", m.guard_ms, model=name)
         if m.quota is not None:
             _emit("gauge", "rpm_used_pct", 100.0 * m.requests / m.quota.rpm, model=name)
             _emit("gauge", "tpm_used_pct", 100.0 * m.tokens / m.quota.tpm, model=name)

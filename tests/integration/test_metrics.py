@@ -98,3 +98,5 @@ def test_usage_gauges_follow_the_window(statsd: StatsdListener, router: RouterCl
         "airflow.llm_router.rpm_used_pct.gpt_small:30.0|g"]
     assert statsd.wait_for("airflow.llm_router.window_tokens.gpt_small:") == [
         "airflow.llm_router.window_tokens.gpt_small:300|g"]
+    assert statsd.wait_for("airflow.llm_router.guard_ms.gpt_small:") == [
+        "airflow.llm_router.guard_ms.gpt_small:600|g"]  # 1 % of the 60 s window

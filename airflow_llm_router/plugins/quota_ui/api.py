@@ -50,7 +50,7 @@ def _usage(m: ModelStats | None, quota: ModelQuota) -> Usage | None:
                  rpm_pct=_pct(m.requests, quota.rpm), tpm_pct=_pct(m.tokens, quota.tpm),
                  concurrency_pct=_pct(m.in_flight, quota.max_concurrency),
                  cooldown_ms=m.cooldown_ms, breaker=m.breaker, limit_share=m.limit_share,
-                 effective=m.effective)
+                 effective=m.effective, guard_ms=m.guard_ms)
 
 
 def _view(record: QuotaRecord, stats: RouterStats) -> QuotaView:

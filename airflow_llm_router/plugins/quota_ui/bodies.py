@@ -38,6 +38,9 @@ class Usage(BaseModel):
     #: 429s (1.0: the quota); below 1, ``effective`` holds the limits in force
     limit_share: float = 1.0
     effective: dict[str, int] | None = None
+    #: how long past its window an admission keeps counting (ms): the base guard, or more
+    #: while calls are measured reaching the provider late (docs/engine.md, "Guard")
+    guard_ms: int = 0
 
 
 class QuotaView(BaseModel):

@@ -164,6 +164,7 @@ def test_stats_advice_and_live_usage(ui: QuotaUiStack, tokens: dict[str, str]) -
     usage = api(ui, viewer, "GET", "/api/quotas").json()["models"][0]["usage"]
     assert usage["rpm_pct"] == 30.0 and usage["concurrency_pct"] == 25.0
     assert usage["limit_share"] == 0.5 and usage["effective"]["rpm"] == 5
+    assert usage["guard_ms"] == stats["guard_ms"] > 0  # the guard in force, from the engine
     advice = api(ui, viewer, "GET", "/api/advice", params={"backlog": 100})
     assert advice.status_code == 200 and advice.json()["solvers"] >= 1
     assert api(ui, viewer, "GET", "/api/advice", params={"backlog": -1}).status_code == 422
