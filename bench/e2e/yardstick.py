@@ -4,8 +4,19 @@ reference schedule (``llm_router_devkit.yardstick``), and each recorded run agai
     python -m bench.e2e.yardstick bench/results/<stamp>     # the runs of that directory
 
 W3's quota change (the busiest model's limits halved one window in) and W4's arrivals are
-part of the instance, at the times the benchmark applies them (in windows after the first
-call). A run faster than the LP bound is flagged: it would mean the bound is wrong.
+part of the instance. Time 0 is the run's first call as the backend's timeline has it (the
+start of its 0.2 s bucket: at or before the real first call), and each run is measured
+against the times it really had, read from its raw record (:func:`timing_of`), each on the
+side that keeps the bound a bound:
+
+- the **quota change** at its recorded stamp, taken after the provider's limits were
+  lowered: the run kept the old, larger limits at most that long (a change placed earlier
+  than it happened would deny the run capacity it had, and the run could beat the bound;
+  the nominal one window was 0.4-0.8 s early in the recorded W3 runs);
+- the **arrivals** at the earliest they can have happened: the benchmark enqueues a batch
+  once ``at_windows`` windows have passed since it saw the first call.
+
+A run faster than the LP bound is flagged: it would mean the bound is wrong.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.e2e.analyse import read_raw
 from bench.e2e.run import busiest_model
 from bench.e2e.workloads import Workload, build
 from llm_router_devkit.simulator import SimulatorProfile
@@ -29,7 +41,11 @@ from llm_router_devkit.yardstick import (
     reference_schedule,
 )
 
-__all__ = ["Yardstick", "instance_of", "main", "measure"]
+#: The benchmark's backend models (the simulator's default profile), by name.
+MODELS = [m.name for m in SimulatorProfile.default().models]
+
+__all__ = ["NOMINAL", "Timing", "Yardstick", "instance_of", "main", "measure", "relevant",
+           "timing_of"]
 
 
 @dataclass(frozen=True)
@@ -40,13 +56,46 @@ class Yardstick:
     seconds: float
 
 
-def instance_of(workload: Workload, profile: SimulatorProfile) -> Instance:
-    """The scheduling instance the benchmark makes of ``workload`` on ``profile``."""
+@dataclass(frozen=True)
+class Timing:
+    """When a run's quota change and arrivals happened, in seconds from time 0 (its first
+    call's bucket). ``seen_s``: when the benchmark saw the first call (arrivals count from
+    it); ``change_s``: the quota change's stamp, or None for the nominal time."""
+
+    seen_s: float = 0.0
+    change_s: float | None = None
+
+
+NOMINAL = Timing()
+
+
+def timing_of(raw: dict[str, Any], first_call_s: float) -> Timing:
+    """The times of a recorded run (``raw``: its raw record; ``first_call_s``: its time 0 on
+    the record's clock, the ``first_call_s`` of its metrics)."""
+    seen = next((e["at"] for e in raw.get("events", ()) if e["event"] == "first_call_seen"),
+                first_call_s)
+    change = next((e["at"] for e in raw.get("events", ()) if e["event"] == "quota_change"),
+                  None)
+    return Timing(seen_s=max(0.0, seen - first_call_s),
+                  change_s=None if change is None else change - first_call_s)
+
+
+def relevant(timing: Timing, workload: Workload) -> Timing:
+    """``timing`` with only what ``workload`` has (arrivals, a change): runs of a workload
+    without either share one yardstick."""
+    return Timing(seen_s=timing.seen_s if workload.arrivals else 0.0,
+                  change_s=timing.change_s if workload.quota_change else None)
+
+
+def instance_of(workload: Workload, profile: SimulatorProfile,
+                timing: Timing = NOMINAL) -> Instance:
+    """The scheduling instance the benchmark makes of ``workload`` on ``profile``, with the
+    quota change and arrivals at ``timing``'s times (default: the nominal ones)."""
     tasks = workload.tasks
     window = profile.scaled_window_s
     arrivals: list[float] = [0.0] * len(workload.initial)
     for arrival in workload.arrivals:
-        arrivals.extend([arrival.at_windows * window] * len(arrival.tasks))
+        arrivals.extend([timing.seen_s + arrival.at_windows * window] * len(arrival.tasks))
     limits_after: dict[str, Limits] = {}
     change_at = None
     if workload.quota_change is not None:
@@ -61,19 +110,22 @@ def instance_of(workload: Workload, profile: SimulatorProfile) -> Instance:
         limits_after[model] = Limits(window, scaled(m.rpm), scaled(m.tpm),
                                      scaled(m.max_concurrency))
         change_at = workload.quota_change.at_windows * window
+        if timing.change_s is not None:
+            change_at = timing.change_s
     return instance_from_profile(
         profile, [t.prompt for t in tasks], [t.allowed_models for t in tasks],
         arrivals_s=arrivals if workload.arrivals else (), limits_after=limits_after,
         change_at_s=change_at)
 
 
-def measure(name: str, seed: int, time_scale: float) -> Yardstick:
+def measure(name: str, seed: int, time_scale: float, timing: Timing = NOMINAL) -> Yardstick:
     """LP bound and reference makespan of workload ``name`` (seconds from the first call)."""
     import time
 
     started = time.monotonic()
     profile = SimulatorProfile.default(time_scale=time_scale, seed=seed)
-    instance = instance_of(build(name, seed, [m.name for m in profile.models]), profile)
+    instance = instance_of(build(name, seed, [m.name for m in profile.models]), profile,
+                           timing)
     bound = lp_bound(instance)
     reference = reference_schedule(instance, bound.plan)
     return Yardstick(name, bound.makespan_s, reference.makespan_s, time.monotonic() - started)
@@ -84,11 +136,10 @@ def _share(yardstick_s: float, made_s: float, finished: bool) -> str:
     return f"{yardstick_s / made_s:.0%}" if finished and made_s > 0 else "cut"
 
 
-def _table(runs: Sequence[dict[str, Any]], sticks: dict[str, Yardstick]) -> str:
+def _table(runs: Sequence[dict[str, Any]], sticks: Sequence[Yardstick]) -> str:
     lines = ["| workload | LP bound s | reference s | design | makespan s | % of reference "
              "speed | % of LP bound speed |", "|---|---|---|---|---|---|---|"]
-    for r in runs:
-        y = sticks[r["workload"]]
+    for r, y in zip(runs, sticks, strict=True):
         made = r.get("makespan_s") or 0.0
         finished = r.get("solved") == r.get("tasks")
         flag = " **faster than the LP bound: the bound is wrong**" \
@@ -110,12 +161,21 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     runs = json.loads(metrics.read_text())
-    sticks = {}
-    for name in sorted({r["workload"] for r in runs}):
-        scale = next(r["time_scale"] for r in runs if r["workload"] == name)
-        sticks[name] = y = measure(name, args.seed, scale)
-        print(f"{name}: LP bound {y.lp_bound_s:.1f} s, reference {y.reference_s:.1f} s "
-              f"({y.seconds:.0f} s to compute)", flush=True)
+    sticks: list[Yardstick] = []
+    done: dict[tuple[str, float, Timing], Yardstick] = {}
+    for r in runs:
+        raw_path = args.results / f"{r['workload']}-{r['design']}.raw.json.gz"
+        timing = timing_of(read_raw(raw_path), r["first_call_s"]) if raw_path.is_file() \
+            else NOMINAL
+        timing = relevant(timing, build(r["workload"], args.seed, MODELS))
+        key = (r["workload"], r["time_scale"], timing)
+        if key not in done:
+            done[key] = y = measure(r["workload"], args.seed, r["time_scale"], timing)
+            change = "" if timing.change_s is None else f", change at {timing.change_s:.2f} s"
+            print(f"{r['workload']} ({r['design']}{change}): LP bound {y.lp_bound_s:.1f} s, "
+                  f"reference {y.reference_s:.1f} s ({y.seconds:.0f} s to compute)",
+                  flush=True)
+        sticks.append(done[key])
     print(_table(runs, sticks))
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -75,9 +76,20 @@ def test_the_reference_spreads_work_over_models() -> None:
     assert 3.0 * 0.99 <= lp <= 3.0
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_bound_below_reference_on_random_instances(seed: int) -> None:
-    rng = random.Random(seed)
+@pytest.mark.parametrize(("n", "rpm", "latency"), [
+    (1, 1, 0.5), (7, 3, 2.0), (12, 4, 0.3), (9, 9, 4.0), (25, 6, 12.0), (40, 7, 1.0)])
+def test_one_model_bound_by_rpm_meets_the_exact_optimum(n: int, rpm: int,
+                                                         latency: float) -> None:
+    """n equal calls under rpm r per window W: full windows go at once, so the best makespan
+    is exactly (ceil(n / r) - 1) W + L (the last window's calls start (ceil(n/r) - 1) W in
+    and take L). A lower bound above it would not be one; the reference reaches it."""
+    optimum = (math.ceil(n / rpm) - 1) * 10.0 + latency
+    lp, ref = _both(_one_model([latency] * n, rpm=rpm))
+    assert ref == pytest.approx(optimum)
+    assert optimum * 0.99 <= lp <= optimum + 1e-9
+
+
+def _random_instance(rng: random.Random, change: bool) -> Instance:
     models = {f"m{k}": Limits(window_s=rng.choice([2.0, 5.0]),
                               rpm=rng.choice([None, 3, 8]),
                               tpm=rng.choice([None, 400, 1000]),
@@ -88,7 +100,49 @@ def test_bound_below_reference_on_random_instances(seed: int) -> None:
         allowed = rng.sample(sorted(models), rng.randint(1, 3))
         cost.append({m: (rng.randint(20, 300), rng.uniform(0.2, 3.0)) for m in allowed})
     arrivals = tuple(rng.choice([0.0, 0.0, rng.uniform(0, 6)]) for _ in cost)
-    instance = Instance(cost=tuple(cost), limits=models, arrivals_s=arrivals)
+    after: dict[str, Limits] = {}
+    if change:  # one or two models' limits lowered or raised, inside a window or on its edge
+        for m in rng.sample(sorted(models), rng.randint(1, 2)):
+            old = models[m]
+            factor = rng.choice([0.5, 0.25, 2.0])
+
+            def scaled(v: int | None, f: float = factor) -> int | None:
+                return None if v is None else max(1, int(v * f))
+
+            tpm = scaled(old.tpm)  # a prompt of 300 tokens must still fit
+            after[m] = Limits(old.window_s, scaled(old.rpm), tpm and max(tpm, 300),
+                              scaled(old.max_concurrency))
+    return Instance(cost=tuple(cost), limits=models, arrivals_s=arrivals,
+                    limits_after=after,
+                    change_at_s=rng.choice([2.0, 3.3, 5.0, 7.9]) if change else None)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bound_below_reference_on_random_instances(seed: int) -> None:
+    instance = _random_instance(random.Random(seed), change=False)
+    bound = lp_bound(instance)
+    reference = reference_schedule(instance, bound.plan)
+    assert check_schedule(instance, reference) == []
+    assert bound.trivial_s <= bound.makespan_s <= reference.makespan_s + 1e-9
+
+
+def test_sends_before_a_change_inside_a_window_count_under_the_old_limit() -> None:
+    """rpm 4, lowered to 1 at 5 s, inside the first 10 s window: all four calls may go at
+    time 0, under the limit then in force, and end at 1 s. A bound that held the whole
+    first window to the new limit would claim 31 s."""
+    instance = Instance(cost=tuple({"m": (1, 1.0)} for _ in range(4)),
+                        limits={"m": Limits(10.0, rpm=4)},
+                        limits_after={"m": Limits(10.0, rpm=1)}, change_at_s=5.0)
+    lp, ref = _both(instance)
+    assert ref == pytest.approx(1.0) and lp == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(100, 112))
+def test_bound_below_reference_with_a_limit_change(seed: int) -> None:
+    """The window interval that holds the change takes the larger of both limits; every
+    interval after it the new one. A reference schedule that obeys the limits in force at
+    each send (checked) is never faster than the bound."""
+    instance = _random_instance(random.Random(seed), change=True)
     bound = lp_bound(instance)
     reference = reference_schedule(instance, bound.plan)
     assert check_schedule(instance, reference) == []

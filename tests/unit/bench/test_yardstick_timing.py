@@ -1,0 +1,45 @@
+"""Each recorded run is measured against the quota change and arrivals it really had, on
+the side that keeps the LP bound a bound (bench/e2e/yardstick.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.e2e.workloads import Arrival, QuotaChange, Workload
+from bench.e2e.yardstick import NOMINAL, Timing, instance_of, relevant, timing_of
+from llm_router_devkit.demo.seed import SeedTask
+from llm_router_devkit.simulator import SimulatorProfile
+
+RAW = {"events": [
+    {"at": 0.09, "event": "trigger"},
+    {"at": 7.36, "event": "first_call_seen"},
+    {"at": 27.79, "event": "quota_change", "model": "flash-mini"},
+]}
+
+
+def _tasks(n: int) -> tuple[SeedTask, ...]:
+    return tuple(SeedTask(f"prompt {i}", "qa", None, "bulk") for i in range(n))
+
+
+def test_the_change_is_placed_at_its_stamp_and_arrivals_at_their_earliest() -> None:
+    timing = timing_of(RAW, first_call_s=7.0)  # the first call's 0.2 s bucket
+    assert timing.change_s == pytest.approx(20.79)  # not the nominal 20 s: 0.79 s later
+    assert timing.seen_s == pytest.approx(0.36)
+    assert timing_of({"events": []}, first_call_s=3.0) == Timing(0.0, None)
+
+
+def test_the_instance_uses_the_recorded_times() -> None:
+    profile = SimulatorProfile.default(time_scale=3.0)
+    window = profile.scaled_window_s  # 20 s
+    changed = Workload("W3-like", "", _tasks(3), quota_change=QuotaChange(at_windows=1.0))
+    assert instance_of(changed, profile).change_at_s == pytest.approx(window)
+    late = instance_of(changed, profile, timing_of(RAW, first_call_s=7.0))
+    assert late.change_at_s == pytest.approx(20.79)
+    arriving = Workload("W4-like", "", _tasks(2), arrivals=(Arrival(0.5, _tasks(1)),))
+    got = instance_of(arriving, profile, Timing(seen_s=0.36))
+    assert got.arrivals_s == pytest.approx((0.0, 0.0, 0.36 + 0.5 * window))
+
+
+def test_runs_without_a_change_or_arrivals_share_one_yardstick() -> None:
+    plain = Workload("W1-like", "", _tasks(1))
+    assert relevant(Timing(0.4, 21.0), plain) == NOMINAL
