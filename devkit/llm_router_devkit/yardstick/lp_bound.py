@@ -82,10 +82,11 @@ def lp_bound(instance: Instance, *, rel_tol: float = 0.002) -> LPBound:
         mid = (lo + hi) / 2
         solves += 1
         found = _solve(instance, mid)
-        if found is not None:
-            hi, plan = mid, found
-        else:
+        if found is None:
             lo = mid
+        else:
+            hi = mid
+            plan = found or plan  # an undecided T keeps the last plan
     return LPBound(lo, trivial, hi, solves, time.monotonic() - started, plan)
 
 
@@ -196,8 +197,14 @@ def _window_rows(instance: Instance, v: _Vars, ub: _Matrix,
                 ub.add(members, weights, cap)
 
 
+#: No solver reached a verdict at this T: not a proof of infeasibility, so the bisection
+#: treats T as feasible (the bound stays valid, if less tight), without a plan.
+UNKNOWN: tuple[dict[str, float], ...] = ()
+
+
 def _solve(instance: Instance, T: float) -> tuple[dict[str, float], ...] | None:
-    """The relaxation's shares per prompt and model if it is feasible at makespan T."""
+    """The relaxation's shares per prompt and model if it is feasible at makespan T;
+    :data:`UNKNOWN` if no solver could tell; None if it is proven infeasible."""
     v = _Vars.of(instance, T)
     if v is None:
         return None
@@ -214,13 +221,20 @@ def _solve(instance: Instance, T: float) -> tuple[dict[str, float], ...] | None:
     _concurrency_chains(instance, v, T, eq, bounds, groups)
     _window_rows(instance, v, ub, groups)
     width = len(bounds)
-    result = linprog(np.zeros(width), A_ub=ub.sparse(width) if ub.rhs else None,
-                     b_ub=np.array(ub.rhs) if ub.rhs else None, A_eq=eq.sparse(width),
-                     b_eq=np.array(eq.rhs), bounds=bounds, method="highs")
+    args = {"A_ub": ub.sparse(width) if ub.rhs else None,
+            "b_ub": np.array(ub.rhs) if ub.rhs else None, "A_eq": eq.sparse(width),
+            "b_eq": np.array(eq.rhs), "bounds": bounds}
+    # HiGHS's default chooses simplex; on a numerically hard LP it may end with no verdict
+    # (model status Unknown), then the other algorithms are tried. Only a proof of
+    # infeasibility raises the bound.
+    for method in ("highs", "highs-ipm", "highs-ds"):
+        result = linprog(np.zeros(width), method=method, **args)
+        if result.status in (0, 2):
+            break
     if result.status == 2:  # infeasible
         return None
     if result.status != 0:
-        raise RuntimeError(f"the LP solver failed at T={T:.3f}: {result.message}")
+        return UNKNOWN
     plan: list[dict[str, float]] = [{} for _ in instance.cost]
     for col in np.flatnonzero(result.x[:n] > 1e-6):
         shares = plan[v.prompt[col]]

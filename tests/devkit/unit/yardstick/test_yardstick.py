@@ -165,3 +165,25 @@ def test_instance_from_the_simulator_uses_its_draws() -> None:
     assert set(instance.cost[1]) == {"flash"}  # unknown models are dropped
     assert instance.cost[0]["flash"] == instance.cost[1]["flash"]  # same prompt, same cost
     assert instance.limits["flash"].window_s == profile.scaled_window_s
+
+
+def test_an_lp_without_a_verdict_never_raises_the_bound(monkeypatch: pytest.MonkeyPatch,
+                                                        ) -> None:
+    """HiGHS can end with model status Unknown on a hard LP: every algorithm is tried, and
+    a T no solver proved infeasible counts as feasible (the bound stays a bound)."""
+    import importlib
+    from types import SimpleNamespace
+
+    module = importlib.import_module("llm_router_devkit.yardstick.lp_bound")
+
+    methods: list[str] = []
+
+    def undecided(*args: object, method: str, **kwargs: object) -> SimpleNamespace:
+        methods.append(method)
+        return SimpleNamespace(status=4, message="model_status is Unknown")
+
+    monkeypatch.setattr(module, "linprog", undecided)
+    instance = _one_model([1.0] * 5, rpm=2)  # truly 21 s
+    bound = lp_bound(instance)
+    assert bound.makespan_s == bound.trivial_s == 1.0 and bound.plan == ()
+    assert methods == ["highs", "highs-ipm", "highs-ds"]
