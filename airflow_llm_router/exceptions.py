@@ -8,7 +8,16 @@ class RouterError(Exception):
 
 
 class QuotaValidationError(RouterError, ValueError):
-    """A quota value is out of range or of the wrong type."""
+    """A quota value is out of range or of the wrong type.
+
+    ``problems``: each problem on its own (``<field>: <why> (<fix>)``, with the model in
+    front for a quota file), for callers that list them one per line; the message holds
+    them all.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[str] = list(problems) if problems else [message]
 
 
 class ImpossibleRequestError(RouterError):
@@ -41,6 +50,10 @@ class TaskValidationError(TaskStoreError, ValueError):
 
 class ModelNameError(QuotaValidationError, TaskValidationError):
     """A model name breaks the rule of ``names.MODEL_NAME_RE`` (engine and store alike)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        TaskValidationError.__init__(self, field, message)
+        self.problems = [str(self)]
 
 
 class QuotaStoreError(RouterError):

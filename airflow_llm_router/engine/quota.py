@@ -81,7 +81,9 @@ class ModelQuota(BaseModel):
                 return cls.model_validate_json(data)
             return cls.model_validate(data)
         except ValidationError as err:
-            raise QuotaValidationError(_describe(err)) from err
+            problems = _describe(err)
+            raise QuotaValidationError("invalid quota: " + "; ".join(problems),
+                                       problems) from err
 
     def to_redis(self) -> str:
         """The compact JSON the Lua scripts read (window in whole milliseconds)."""
@@ -119,14 +121,15 @@ class ModelQuota(BaseModel):
         )
 
 
-def _describe(err: ValidationError) -> str:
+def _describe(err: ValidationError) -> list[str]:
+    """Each error of ``err`` as ``<field>: <why> (<fix>)``."""
     parts = []
     for e in err.errors():
         loc = e["loc"]
         field = ".".join(str(p) for p in loc) or "quota"
         hint = field_hint(str(loc[0]) if loc else "", e["type"])
         parts.append(f"{field}: {e['msg']}" + (f" ({hint})" if hint else ""))
-    return "invalid quota: " + "; ".join(parts)
+    return parts
 
 
 def field_hint(field: str, error_type: str) -> str:

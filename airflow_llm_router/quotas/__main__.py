@@ -27,35 +27,42 @@ from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.loader import read_quota_file
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m airflow_llm_router.quotas",
-                                     description="Manage the LLM router's durable quotas.")
-    parser.add_argument("--conn-id", help="the llm_router connection (Redis)")
-    parser.add_argument("--postgres-conn-id", help="the PostgreSQL connection")
-    parser.add_argument("--schema", help="schema of the quota table")
-    parser.add_argument("--table", help="name of the quota table")
+def _parser(config: QuotaConfig | None = None) -> argparse.ArgumentParser:
+    """The parser; its help shows the defaults ``config`` (the ``[llm_router]`` options)
+    gives."""
+    d = config or QuotaConfig()
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_llm_router.quotas",
+        description="Manage the LLM router's durable quotas. Defaults come from the "
+        "[llm_router] section of the Airflow config.")
+    parser.add_argument("--conn-id", help="the llm_router connection (Redis) "
+                        f"(default: {d.router_conn_id})")
+    parser.add_argument("--postgres-conn-id", help="the PostgreSQL connection "
+                        f"(default: {d.postgres_conn_id})")
+    parser.add_argument("--schema", help=f"schema of the quota table (default: {d.schema})")
+    parser.add_argument("--table", help=f"name of the quota table (default: {d.table})")
     commands = parser.add_subparsers(dest="command", required=True)
     load = commands.add_parser("load", help="validate a YAML/JSON file and apply it at once")
     load.add_argument("file")
     load.add_argument("--prune", action="store_true",
                       help="also delete stored quotas of models the file does not name")
     load.add_argument("--actor", default=f"cli:{getpass.getuser()}",
-                      help="name recorded in the audit log")
+                      help="name recorded in the audit log (default: %(default)s)")
     commands.add_parser("migrate", help="create or upgrade the quota tables")
     commands.add_parser("list", help="print the stored quotas as JSON")
     return parser
 
 
-def _config(args: argparse.Namespace) -> QuotaConfig:
-    config = QuotaConfig.from_airflow()
+def _config(args: argparse.Namespace, config: QuotaConfig) -> QuotaConfig:
     chosen = {"router_conn_id": args.conn_id, "postgres_conn_id": args.postgres_conn_id,
               "schema": args.schema, "table": args.table}
     return replace(config, **{k: v for k, v in chosen.items() if v})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    config = _config(args)
+    defaults = QuotaConfig.from_airflow()
+    args = _parser(defaults).parse_args(argv)
+    config = _config(args, defaults)
     try:
         if args.command == "load":
             quotas = read_quota_file(args.file)  # validated before any connection is made
@@ -71,7 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             records = config.open_store(None).records()
             print(json.dumps({r.model: r.quota.model_dump() for r in records}, indent=2))
-    except (QuotaValidationError, QuotaStoreError) as err:
+    except QuotaValidationError as err:
+        if len(err.problems) > 1:  # a quota file: one problem per line, then the verdict
+            for problem in err.problems:
+                print(problem, file=sys.stderr)
+            return _fail(f"{args.file}: {len(err.problems)} problems (above); nothing was "
+                         "loaded")
+        return _fail(str(err))
+    except QuotaStoreError as err:
         return _fail(str(err))
     except AirflowNotFoundException as err:
         return _fail(f"{err}: add the connection (airflow connections add ...) or name "

@@ -42,9 +42,11 @@ def parse_quota_document(doc: Any, origin: str = "quotas") -> dict[str, ModelQuo
                                            f"{type(quota).__name__}")
             quotas[model] = ModelQuota.parse(quota)
         except QuotaValidationError as err:
-            problems.append(f"{model}: {str(err).removeprefix('invalid quota: ')}")
+            problems.extend(f"{model}: {p}" for p in err.problems)
     if problems:
-        raise QuotaValidationError(f"{origin}: nothing was loaded; fix: " + " | ".join(problems))
+        raise QuotaValidationError(
+            f"{origin}: nothing was loaded; fix: " + " | ".join(problems),
+            [f"{origin}: {p}" for p in problems])
     return quotas
 
 

@@ -67,11 +67,25 @@ def test_cli_refuses_a_bad_file_whole(connections: None, tmp_path: Path, router:
     path.write_text(YAML + "  broken: {rpm: -1, tpm: 5, max_concurrency: 1, burst: 3}\n"
                     "  'bad name': {rpm: 1, tpm: 1, max_concurrency: 1}\n")
     assert main(["load", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert "nothing was loaded" in err
-    assert "broken: rpm: Input should be greater than 0" in err and "burst" in err
-    assert "'bad name' is not a valid model name" in err
+    lines = capsys.readouterr().err.strip().splitlines()
+    # one problem per line, each naming the file, the model and the field; then one verdict
+    assert lines[-1] == f"error: {path}: 3 problems (above); nothing was loaded"
+    problems = lines[:-1]
+    assert len(problems) == 3 and all(p.startswith(f"{path}: ") for p in problems)
+    assert "broken: rpm: Input should be greater than 0" in problems[0]
+    assert "broken: burst: " in problems[1] and "remove it" in problems[1]
+    assert "'bad name' is not a valid model name" in problems[2]
     assert router.get_quotas() == {}
+
+
+def test_cli_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: llm_router_default)", "(default: postgres_default)",
+                    "(default: llm_router)", "(default: quotas)"):
+        assert default in out
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -104,7 +118,7 @@ def test_an_absurd_quota_in_a_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "quotas.yaml"
     path.write_text("m: {rpm: 1e40, tpm: 10000000000000000000000000000000000000000, "
                     "max_concurrency: 1}\n")
-    with pytest.raises(QuotaValidationError, match=r"m: rpm: .*; tpm: .*at most 10\^15"):
+    with pytest.raises(QuotaValidationError, match=r"m: rpm: .* \| m: tpm: .*at most 10\^15"):
         read_quota_file(path)
 
 
