@@ -1,1 +1,34 @@
-"""engine."""
+"""The admission engine: quotas, admission and settling over Redis (docs/engine.md).
+
+The names a caller needs, importable from here::
+
+    from airflow_llm_router.engine import ModelQuota, RouterClient, RouterSettings
+"""
+
+from airflow_llm_router.engine.async_client import AsyncRouterClient
+from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.engine.stats import KindStats, ModelStats, RouterStats
+from airflow_llm_router.engine.sync_client import RouterClient
+from airflow_llm_router.engine.types import (
+    Admission,
+    AdmitRequest,
+    Rejection,
+    RouterSettings,
+    Wait,
+)
+
+__all__ = [
+    "Admission",
+    "AdmitRequest",
+    "AsyncRouterClient",
+    "Completion",
+    "KindStats",
+    "ModelQuota",
+    "ModelStats",
+    "Rejection",
+    "RouterClient",
+    "RouterSettings",
+    "RouterStats",
+    "Wait",
+]

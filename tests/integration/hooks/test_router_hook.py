@@ -29,6 +29,19 @@ def test_hook_builds_a_client_from_the_connection(router_conn: str, namespace: s
     assert isinstance(hook.client.admit(10), Admission)
 
 
+def test_the_hook_offers_the_routers_operations(router_conn: str) -> None:
+    hook = RouterHook(router_conn)
+    assert not hasattr(hook, "no_such_operation")
+    assert "client" not in vars(hook)  # asking for a non-operation built no client
+    hook.set_quota("a", {"rpm": 5, "tpm": 500, "max_concurrency": 1})
+    assert set(hook.get_quotas()) == {"a"}
+    decision = hook.admit(10)
+    assert isinstance(decision, Admission)
+    assert hook.complete(decision.lease_id, input_tokens=4, output_tokens=6) == "released"
+    assert hook.stats().models["a"].counters["completed"] == 1
+    assert hook.delete_quota("a") is True
+
+
 async def test_hook_async_client(router_conn: str, namespace: str) -> None:
     client = await RouterHook(router_conn, settings={"guard_ms": 5}).get_async_client()
     try:
@@ -72,3 +85,21 @@ def test_hook_arguments_override_the_connection(router_conn: str, namespace: str
                         settings={"guard_ms": 7, "lease_ttl_s": 9}).client
     assert client.settings.namespace == namespace + "-b"
     assert (client.settings.guard_ms, client.settings.lease_ttl_s) == (7, 9)
+
+
+def test_the_readme_engine_example_runs(namespace: str, monkeypatch: pytest.MonkeyPatch,
+                                        ) -> None:
+    """The README's "Use the engine" block, as written, against a test namespace."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Use the engine", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("AIRFLOW_CONN_LLM_ROUTER_DEFAULT", json.dumps(
+        {"conn_type": "llm_router", "host": "127.0.0.1", "port": 6379,
+         "extra": {"namespace": namespace}}))
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # the project's own README
+    router = scope["router"]
+    assert isinstance(router, RouterHook)
+    assert router.stats().models["gpt-small"].counters["completed"] == 1
