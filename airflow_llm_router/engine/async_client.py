@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 
 from airflow_llm_router.engine.api import AsyncDriver, RouterAPI, single_decision
+from airflow_llm_router.engine.connect import async_redis, target_from_url
 from airflow_llm_router.engine.core import Command, RouterCore, Script
 from airflow_llm_router.engine.merger import ScriptMerger
 from airflow_llm_router.engine.releases import RELEASE_HELPS, ReleaseListener
@@ -37,9 +38,10 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
     @classmethod
     def from_url(cls, url: str, settings: RouterSettings | None = None, *,
                  quota_source: QuotaSource | None = None) -> AsyncRouterClient:
-        """A client whose callers queue for one of 32 connections rather than fail."""
-        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=32, timeout=None)
-        return cls(aioredis.Redis(connection_pool=pool), settings, quota_source=quota_source)
+        """A client for one node, a cluster or a Sentinel-watched master (the URL forms are
+        in :mod:`~airflow_llm_router.engine.connect`); on one node, callers queue for one
+        of 32 connections rather than fail."""
+        return cls(async_redis(target_from_url(url)), settings, quota_source=quota_source)
 
     async def _drive(self, step: Steps[R]) -> R:
         reply: Any = None

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import redis
 
 from airflow_llm_router.engine.api import RouterAPI, SyncDriver, single_decision
+from airflow_llm_router.engine.connect import sync_redis, target_from_url
 from airflow_llm_router.engine.core import Command, RouterCore, Script
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
@@ -31,7 +32,9 @@ class RouterClient(RouterAPI, SyncDriver):
     @classmethod
     def from_url(cls, url: str, settings: RouterSettings | None = None, *,
                  quota_source: QuotaSource | None = None) -> RouterClient:
-        return cls(redis.Redis.from_url(url), settings, quota_source=quota_source)
+        """A client for one node, a cluster or a Sentinel-watched master (the URL forms are
+        in :mod:`~airflow_llm_router.engine.connect`)."""
+        return cls(sync_redis(target_from_url(url)), settings, quota_source=quota_source)
 
     def _drive(self, step: Steps[R]) -> R:
         reply: Any = None

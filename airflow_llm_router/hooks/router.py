@@ -6,18 +6,17 @@ import logging
 from functools import cached_property
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
 from airflow.sdk import BaseHook
 from pydantic import ValidationError
 
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine.connect import RedisTarget, async_redis, sync_redis
 from airflow_llm_router.engine.restore import QuotaSource
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.quotas.config import QuotaConfig
 
-__all__ = ["CLIENT_OPERATIONS", "RouterHook", "redis_kwargs", "router_settings"]
+__all__ = ["CLIENT_OPERATIONS", "RouterHook", "redis_kwargs", "redis_target", "router_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +48,52 @@ def redis_kwargs(conn: Any) -> dict[str, Any]:
     }
     kwargs.update({k: extra[k] for k in _SSL_FIELDS if k in extra})
     return kwargs
+
+
+def redis_target(conn: Any) -> RedisTarget:
+    """Where the connection's Redis is: one node (the default), a Redis Cluster (extra
+    ``cluster: true``; host and port are any node) or the master Sentinel watches (extra
+    ``sentinel_master``: its name; ``sentinels``: ``["host:port", ...]``, default the
+    connection's host and port; ``sentinel_password``, ``sentinel_username`` if the
+    sentinels ask for their own)."""
+    extra = conn.extra_dejson
+    kwargs = redis_kwargs(conn)
+    host, port = kwargs.pop("host"), kwargs.pop("port")
+    cluster = extra.get("cluster", False)
+    if not isinstance(cluster, bool):
+        raise ConnectionConfigError(_conn_id(conn), "extra.cluster",
+                                    f"{cluster!r} is not true or false")
+    master = extra.get("sentinel_master")
+    if master is not None and (not isinstance(master, str) or not master):
+        raise ConnectionConfigError(_conn_id(conn), "extra.sentinel_master",
+                                    f"{master!r} is not the name of a master (a string)")
+    if cluster and master:
+        raise ConnectionConfigError(_conn_id(conn), "extra.cluster",
+                                    "a cluster or a Sentinel master, not both: remove "
+                                    "cluster or sentinel_master")
+    if cluster:
+        if kwargs.get("db"):
+            raise ConnectionConfigError(_conn_id(conn), "extra.db",
+                                        f"{kwargs['db']!r}: a Redis Cluster has database 0 "
+                                        "only; remove db")
+        return RedisTarget(mode="cluster", host=host, port=port, options=kwargs)
+    if master:
+        sentinels = [_host_port(conn, s) for s in extra.get("sentinels") or []]
+        own = {k.removeprefix("sentinel_"): extra[k]
+               for k in ("sentinel_password", "sentinel_username") if extra.get(k)}
+        return RedisTarget(mode="sentinel", host=host, port=port, options=kwargs,
+                           sentinel_master=master,
+                           sentinels=tuple(sentinels) or ((host, port),),
+                           sentinel_options=own)
+    return RedisTarget(host=host, port=port, options=kwargs)
+
+
+def _host_port(conn: Any, value: Any) -> tuple[str, int]:
+    host, _, port = str(value).rpartition(":")
+    if not host or not port.isdigit():
+        raise ConnectionConfigError(_conn_id(conn), "extra.sentinels",
+                                    f"{value!r} is not 'host:port'")
+    return host, int(port)
 
 
 def router_settings(conn: Any, overrides: dict[str, Any]) -> RouterSettings:
@@ -151,7 +196,7 @@ class RouterHook(BaseHook):
                 source = _source(config, self.get_connection(config.postgres_conn_id))
             except Exception as err:  # no quota store: admissions work, restores can't
                 _no_source(config, err)
-        return RouterClient(redis.Redis(**redis_kwargs(conn)),
+        return RouterClient(sync_redis(redis_target(conn)),
                             router_settings(conn, self._overrides), quota_source=source)
 
     def get_conn(self) -> RouterClient:
@@ -169,8 +214,7 @@ class RouterHook(BaseHook):
         """An asyncio client (for triggers): the connection is looked up without blocking.
         The caller owns it and must ``await client.aclose()``."""
         conn = await self.aget_connection(self.router_conn_id)
-        pool = aioredis.BlockingConnectionPool(**redis_kwargs(conn), max_connections=32,
-                                               timeout=None)
+        client = async_redis(redis_target(conn))
         config = self._restore_from(conn)
         source = None
         if config is not None:
@@ -178,8 +222,8 @@ class RouterHook(BaseHook):
                 source = _source(config, await self.aget_connection(config.postgres_conn_id))
             except Exception as err:
                 _no_source(config, err)
-        return AsyncRouterClient(aioredis.Redis(connection_pool=pool),
-                                 router_settings(conn, self._overrides), quota_source=source)
+        return AsyncRouterClient(client, router_settings(conn, self._overrides),
+                                 quota_source=source)
 
     @staticmethod
     def _restore_from(conn: Any) -> QuotaConfig | None:
