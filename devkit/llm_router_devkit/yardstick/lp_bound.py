@@ -15,9 +15,17 @@ and is charged ``c[i,m]`` tokens; ``a[i]`` is when i may first be sent):
 - **Sliding windows, step by step.** A limit of r calls per window W means no window
   ``(t-W, t]`` holds more than r sends. The half-open interval ``[kW, (k+1)W)`` lies in
   such a window (take t just below (k+1)W, past its last send), so it holds at most r
-  sends: ``sum_i x[i,m,k] <= r`` (with a limit that changes inside the interval, the larger
-  one). Tokens likewise, each call weighing its own ``c[i,m]``. So a full window's worth
-  may go at once (the first-window burst), but not more.
+  sends: ``sum_i x[i,m,k] <= r``. Tokens likewise, each call weighing its own ``c[i,m]``.
+  So a full window's worth may go at once (the first-window burst), but not more.
+- **A limit change inside an interval.** When model m's limit goes from r to r' at c, with
+  ``kW < c < (k+1)W``, the interval is split: its sends before c (b of them) and from c
+  on (a). The ones before c lie in one window under r: ``b <= r``. A send at s >= c is
+  accepted only if the window ``(s-W, s]`` holds at most r' sends; for the last send of
+  the interval that window holds every send of the interval from kW on, so if ``a > 0``
+  then ``b + a <= r'``. For a cut (r' < r) the two cases together give
+  ``b/r + a/r' <= 1`` (true of both: of ``a = 0, b <= r``, and of ``b + a <= r'`` as
+  ``1/r <= 1/r'``); for a raise, ``b <= r`` and ``b + a <= r'``. An interval that starts
+  at or after c is held to r'. Tokens likewise.
 - **Concurrency.** Calls on m sent at or after kW run inside ``[kW, T]`` on at most C
   slots: ``sum_{i, k' >= k} x[i,m,k'] L[i,m] <= C (T - kW)`` for every k.
 
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,18 +103,19 @@ def _window(instance: Instance) -> float:
     return max(lim.window_s for lim in instance.limits.values())
 
 
-def _cap(instance: Instance, model: str, field: str, k: int) -> float:
-    """What window interval ``[kW, (k+1)W)`` may hold of ``field`` on ``model`` (the larger
-    of the limits in force during it; inf if unlimited)."""
-    w = instance.limits[model].window_s
-    lo, hi = k * w, (k + 1) * w
-    values: list[int | None] = [getattr(instance.limits_at(model, lo), field)]
+def _limit(instance: Instance, model: str, field: str, t: float) -> float:
+    """``field`` of ``model``'s limits in force at ``t`` (inf if unlimited)."""
+    value = getattr(instance.limits_at(model, t), field)
+    return math.inf if value is None else float(value)
+
+
+def _split_at(instance: Instance, model: str, k: int) -> float | None:
+    """The change time if it falls strictly inside ``model``'s interval k, else None."""
     c = instance.change_at_s
-    if c is not None and lo < c < hi:
-        values.append(getattr(instance.limits_at(model, c), field))
-    if any(v is None for v in values):
-        return math.inf
-    return float(max(v for v in values if v is not None))
+    if c is None or model not in instance.limits_after:
+        return None
+    w = instance.limits[model].window_s
+    return c if k * w < c < (k + 1) * w else None
 
 
 def _slots(instance: Instance, model: str) -> int | None:
@@ -118,17 +128,28 @@ def _slots(instance: Instance, model: str) -> int | None:
 
 @dataclass
 class _Vars:
-    """The LP's columns: one per (prompt, model, window interval) that can end by T."""
+    """The LP's columns: one per (prompt, model, window interval) that can end by T; the
+    interval that holds a limit change has two per prompt: sent before the change
+    (``part`` 1) and from it on (``part`` 2); others have ``part`` 0."""
 
     prompt: list[int]
     model: list[str]
     window: list[int]
     tokens: list[int]
     latency: list[float]
+    part: list[int]
+
+    def add(self, i: int, m: str, k: int, tokens: int, lat: float, part: int) -> None:
+        self.prompt.append(i)
+        self.model.append(m)
+        self.window.append(k)
+        self.tokens.append(tokens)
+        self.latency.append(lat)
+        self.part.append(part)
 
     @classmethod
     def of(cls, instance: Instance, T: float) -> _Vars | None:
-        v = cls([], [], [], [], [])
+        v = cls([], [], [], [], [], [])
         for i, options in enumerate(instance.cost):
             a = instance.arrival(i)
             before = len(v.prompt)
@@ -136,11 +157,14 @@ class _Vars:
                 w = instance.limits[m].window_s
                 k = int(a // w)
                 while max(k * w, a) + lat <= T:
-                    v.prompt.append(i)
-                    v.model.append(m)
-                    v.window.append(k)
-                    v.tokens.append(c)
-                    v.latency.append(lat)
+                    cut = _split_at(instance, m, k)
+                    if cut is None:
+                        v.add(i, m, k, c, lat, 0)
+                    else:
+                        if a < cut:
+                            v.add(i, m, k, c, lat, 1)
+                        if max(cut, a) + lat <= T:
+                            v.add(i, m, k, c, lat, 2)
                     k += 1
             if len(v.prompt) == before:
                 return None
@@ -186,15 +210,38 @@ def _concurrency_chains(instance: Instance, v: _Vars, T: float, eq: _Matrix,
             eq.add(cols, vals, 0.0)
 
 
+def _weigher(v: _Vars, field: str) -> Callable[[int], float]:
+    """What one column weighs against ``field``: its tokens for tpm, one call for rpm."""
+    if field == "tpm":
+        return lambda col: float(v.tokens[col])
+    return lambda col: 1.0
+
+
 def _window_rows(instance: Instance, v: _Vars, ub: _Matrix,
                  groups: dict[tuple[str, int], list[int]]) -> None:
-    """At most a window's limit of sends (and of tokens) in each interval, per model."""
+    """At most a window's limit of sends (and of tokens) in each interval, per model; the
+    interval of a change as the module's docstring says."""
+    w_of = {m: instance.limits[m].window_s for m in instance.models}
     for (m, k), members in groups.items():
+        cut = _split_at(instance, m, k)
         for field in ("rpm", "tpm"):
-            cap = _cap(instance, m, field, k)
-            if not math.isinf(cap):
-                weights = [float(v.tokens[c]) if field == "tpm" else 1.0 for c in members]
-                ub.add(members, weights, cap)
+            weight = _weigher(v, field)
+            if cut is None:
+                cap = _limit(instance, m, field, k * w_of[m])
+                if not math.isinf(cap):
+                    ub.add(members, [weight(c) for c in members], cap)
+                continue
+            old, new = _limit(instance, m, field, k * w_of[m]), _limit(instance, m, field, cut)
+            early = [c for c in members if v.part[c] == 1]
+            if early and not math.isinf(old):
+                ub.add(early, [weight(c) for c in early], old)
+            if math.isinf(new):
+                continue
+            if new < old:  # b/r + a/r' <= 1 (1/inf = 0)
+                ub.add(members, [weight(c) / (old if v.part[c] == 1 else new)
+                                 for c in members], 1.0)
+            else:  # b + a <= r'
+                ub.add(members, [weight(c) for c in members], new)
 
 
 #: No solver reached a verdict at this T: not a proof of infeasibility, so the bisection

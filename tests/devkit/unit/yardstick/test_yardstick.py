@@ -137,6 +137,31 @@ def test_sends_before_a_change_inside_a_window_count_under_the_old_limit() -> No
     assert ref == pytest.approx(1.0) and lp == pytest.approx(1.0)
 
 
+def test_sends_after_a_change_inside_a_window_count_under_the_new_limit() -> None:
+    """rpm 4, cut to 2 at 5 s; four calls arrive at 6 s. After the cut a window holds at most
+    two: two go at 6 s, two at 16 s, the last ends at 17 s. The interval [0, 10) is held to
+    what the new limit allows of its sends from the cut on (2), not to the old limit (4),
+    so the bound sees at least one more interval: >= 11 s."""
+    instance = Instance(cost=tuple({"m": (1, 1.0)} for _ in range(4)),
+                        limits={"m": Limits(10.0, rpm=4)},
+                        limits_after={"m": Limits(10.0, rpm=2)}, change_at_s=5.0,
+                        arrivals_s=(6.0,) * 4)
+    lp, ref = _both(instance)
+    assert ref == pytest.approx(17.0)
+    assert 11.0 * 0.99 <= lp <= ref
+
+
+def test_a_raise_inside_a_window_counts_the_earlier_sends_too() -> None:
+    """rpm 2, raised to 3 at 5 s: two calls at 0 s, then one more fits before 10 s (the
+    window holds 3 from the raise on), the fourth at 10 s: ends 11 s."""
+    instance = Instance(cost=tuple({"m": (1, 1.0)} for _ in range(4)),
+                        limits={"m": Limits(10.0, rpm=2)},
+                        limits_after={"m": Limits(10.0, rpm=3)}, change_at_s=5.0)
+    lp, ref = _both(instance)
+    assert ref == pytest.approx(11.0)
+    assert 11.0 * 0.99 <= lp <= ref
+
+
 @pytest.mark.parametrize("seed", range(100, 112))
 def test_bound_below_reference_with_a_limit_change(seed: int) -> None:
     """The window interval that holds the change takes the larger of both limits; every
