@@ -27,8 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=d.seed, help="seed of the backlog and the simulator")
     add("--error-rate", type=float, default=d.error_rate,
         help="probability that the simulator answers 500 to an accepted call")
-    add("--dag", default=d.dag, choices=["llm_router_drain", "as_is_baseline"],
-        help="which example DAG drains the backlog")
+    add("--dag", default=d.dag, choices=["llm_router_drain"],
+        help="the example DAG that drains the backlog (the design it replaces is compared "
+        "in the benchmark, where its workers run in parallel as in production: python -m "
+        "bench.e2e --designs as-is router)")
     add("--fan-out", type=int, default=d.fan_out,
         help="mapped solvers (drain DAG); 0: as many as the router advises")
     add("--claim-batch", type=int, default=d.claim_batch,

@@ -35,7 +35,7 @@ from llm_router_devkit.demo.progress import ProgressPrinter
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.seed import SeedTask, groups, make_backlog, seed_store
 from llm_router_devkit.demo.summary import Totals, Yardstick, format_report, model_rows
-from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
+from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
 from llm_router_devkit.yardstick import instance_from_profile, lp_bound, reference_schedule
 
 __all__ = ["DemoOptions", "run"]
@@ -163,8 +163,6 @@ def _last_answer_epoch(dsn: str, schema: str) -> float | None:
 
 
 def _conf(opts: DemoOptions) -> dict[str, Any]:
-    if opts.dag == "as_is_baseline":
-        return {"store_schema": opts.schema, "worker_timeout_s": 1800.0 / opts.time_scale}
     return {"fan_out": opts.fan_out, "claim_batch": opts.claim_batch,
             "max_in_flight": opts.max_in_flight, "time_budget_s": opts.time_budget_s,
             "store_schema": opts.schema}
@@ -176,9 +174,11 @@ def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
     redis_url, dsn = _services(stack, opts)
     profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed,
                                        error_rate=opts.error_rate)
-    sim = stack.enter_context(SimulatorServer(profile))
-    say(f"simulator: {len(profile.models)} models at {sim.url}, time scale {opts.time_scale:g} "
-        f"(window {profile.scaled_window_s:g} s)")
+    # in its own process, like a real backend: in this one, the drain's bursts of calls
+    # would make its clock lag behind its windows, and it would refuse calls it should take
+    sim = stack.enter_context(SimulatorProcess(profile))
+    say(f"simulator: {len(profile.models)} models at {sim.url} (own process), time scale "
+        f"{opts.time_scale:g} (window {profile.scaled_window_s:g} s)")
     namespace = f"demo-{uuid.uuid4().hex[:8]}"
     airflow_env.configure(
         workdir / "airflow", opts.dags_folder.resolve(),
@@ -224,7 +224,10 @@ def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[
     probe_store = TaskStore(env["dsn"], schema=opts.schema)  # its own connection: own thread
     stack.callback(probe_store.close)
     probe_http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=5))
-    say(f"running DAG {opts.dag} with dag.test() ...")
+    say(f"running DAG {opts.dag} with dag.test(): its first task asks the router for advice, "
+        "then the mapped solvers start and defer to the triggerer; the first calls go out "
+        "within a few seconds (progress every "
+        f"{opts.progress_interval_s:g} s) ...")
     with ProgressPrinter(opts.prompts, counts=probe_store.counts,
                          router=lambda: _router_probe(env["router"]),
                          backend=lambda: _backend_probe(probe_http),
@@ -233,11 +236,29 @@ def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[
     return state, seconds, reset_at
 
 
+def _say_interrupted(env: dict[str, Any], opts: DemoOptions) -> None:
+    """Where the backlog stood when the run was interrupted, before the services stop."""
+    try:
+        counts = env["store"].counts()
+    except Exception:  # the store may be what failed; the clean-up goes on regardless
+        counts = None
+    where = "" if counts is None else (
+        f": {counts.get('solved', 0)} of {opts.prompts} tasks solved, "
+        f"{counts.get('claimed', 0)} claimed, {counts.get('pending', 0)} pending")
+    print(f"\ninterrupted{where}; stopping the DAG run, the simulator and the embedded "
+          f"services (the demo's schema {opts.schema} is recreated on the next run)",
+          file=sys.stderr, flush=True)
+
+
 def run(opts: DemoOptions) -> int:
     """Run the demo; 0 if every task ended solved or dead-lettered, 1 otherwise."""
     with sigterm_as_interrupt(), ExitStack() as stack:
         env = _prepare(stack, opts)
-        state, dag_seconds, reset_at = _run_dag(stack, opts, env)
+        try:
+            state, dag_seconds, reset_at = _run_dag(stack, opts, env)
+        except KeyboardInterrupt:
+            _say_interrupted(env, opts)
+            raise
         say(f"DAG run finished: {state} in {dag_seconds:.1f} s\n")
         http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=10))
         stats = http.get("/stats").json()

@@ -177,6 +177,9 @@ class SimulatorProcess:
             [sys.executable, "-m", "llm_router_devkit.simulator", "--host", self.host,
              "--port", str(self.port), "--profile", str(path), "--log-level", "warning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # its own session: a Ctrl-C in the terminal reaches the caller, which stops it
+            # after its own clean-up, not the simulator while calls are still in flight
+            start_new_session=True,
         )
         deadline = time.monotonic() + self.startup_timeout_s
         while True:

@@ -21,6 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 _ENDPOINT = re.compile(r"^(redis|postgres): embedded .* (?:redis://)?127\.0\.0\.1:(\d+)",
                        re.MULTILINE)
+_SIMULATOR = re.compile(r"^simulator: .* at http://127\.0\.0\.1:(\d+) \(own process\)",
+                        re.MULTILINE)
 
 
 def listening(port: int) -> bool:
@@ -47,7 +49,10 @@ def test_ctrl_c_mid_drain_stops_every_service_and_exits_130(tmp_path: Path) -> N
         wait_for("the drain to solve its first tasks", drain_running, 120.0, 0.2)
         ports = {name: int(port) for name, port in
                  _ENDPOINT.findall(out_path.read_text())}
-        assert set(ports) == {"redis", "postgres"}, out_path.read_text()
+        simulator = _SIMULATOR.search(out_path.read_text())
+        assert simulator, out_path.read_text()
+        ports["simulator"] = int(simulator.group(1))
+        assert set(ports) == {"redis", "postgres", "simulator"}, out_path.read_text()
         assert all(listening(port) for port in ports.values()), ports
 
         mark = time.monotonic()
@@ -63,7 +68,11 @@ def test_ctrl_c_mid_drain_stops_every_service_and_exits_130(tmp_path: Path) -> N
     print(f"stopped {stopped_s:.1f} s after Ctrl-C")
     assert code == 130, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
-    assert stderr.strip().splitlines()[-1] == "interrupted; services stopped", stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    assert lines[-1] == "interrupted; services stopped", stderr[-3000:]
+    # where the backlog stood, said once before the services stopped
+    said = [line for line in lines if line.startswith("interrupted: ")]
+    assert len(said) == 1 and re.search(r"\d+ of 5000 tasks solved", said[0]), stderr[-3000:]
     # The embedded servers are gone: nothing listens on their ports, nothing of the
     # demo's process group is left.
     assert not [name for name, port in ports.items() if listening(port)], ports
