@@ -54,6 +54,10 @@ class ModelStats:
     #: what the engine learned per task kind (:class:`KindStats`), for kinds admitted with
     #: ``AdmitRequest.kind`` and seen in the last day.
     kinds: dict[str, KindStats] = field(default_factory=dict)
+    #: by how many tokens a settled call exceeded its reservation, on average (an EWMA,
+    #: 0 for calls within it); added to every reservation the engine estimates, so the
+    #: calls in flight together cover their expected overrun
+    excess_tokens: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -115,6 +119,7 @@ class RouterStats:
                 effective=_effective(m.get("effective")),
                 guard_ms=int(m.get("guard_ms") or 0),
                 kinds=_kinds(m.get("kinds")),
+                excess_tokens=float(m.get("excess") or 0.0),
             )
         return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models)
 

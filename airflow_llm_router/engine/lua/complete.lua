@@ -27,13 +27,14 @@ local function settle(m, batch)
   local n = #fields
   fields[n + 1], fields[n + 2], fields[n + 3] = '_s', '_i', '_o'
   local cur = redis.call('HMGET', K_WTOK(m), unpack(fields))
-  local ds, di, dout, writes, in_window = 0, 0, 0, {}, {}
+  local ds, di, dout, writes, in_window, excess = 0, 0, 0, {}, {}, {}
   for k, it in ipairs(batch) do
     local lid, inp, outp = it[1], it[2], it[3]
     in_window[lid] = cur[k] ~= false
     if cur[k] and inp >= 0 and outp >= 0 then
       local s, a, b = string.match(cur[k], '^(%d+):(%d+):(%d+)$')
       ds, di, dout = ds + inp + outp - tonumber(s), di + inp - tonumber(a), dout + outp - tonumber(b)
+      if it[4] == 'ok' then excess[#excess + 1] = math.max(0, inp + outp - tonumber(s)) end
       writes[#writes + 1] = lid
       writes[#writes + 1] = (inp + outp) .. ':' .. inp .. ':' .. outp
     end
@@ -44,6 +45,7 @@ local function settle(m, batch)
     writes[#writes + 1], writes[#writes + 2] = '_o', int((tonumber(cur[n + 3]) or 0) + dout)
     redis.call('HSET', K_WTOK(m), unpack(writes))
   end
+  observe_excess(m, excess)
   return in_window
 end
 

@@ -7,6 +7,7 @@
 -- effective: below 1, the limits in force {rpm, tpm, conc, itpm?, otpm?}.
 -- guard_ms: the guard in force (lib/guard.lua).
 -- kinds: the estimates learned per task kind (lib/kinds.lua), if any.
+-- excess: the mean tokens a call wrote past its reservation (added to engine estimates).
 local names = cjson.decode(ARGV[2])
 if type(names) ~= 'table' then names = model_names() end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
@@ -27,7 +28,7 @@ for _, m in ipairs(names) do
     out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
               breaker = state, counters = counters, latency_ms = lat, share = st.share,
-              guard_ms = st.guard, kinds = kinds_of(m)}
+              guard_ms = st.guard, kinds = kinds_of(m), excess = st.xs}
     if st.share < 1 then
       local q = st.q
       out[m].effective = {rpm = q.rpm, tpm = q.tpm, conc = q.conc, itpm = q.itpm, otpm = q.otpm}

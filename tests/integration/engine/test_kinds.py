@@ -3,6 +3,8 @@ number and forgotten after a day (lib/kinds.lua), against real Redis."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import redis
 
@@ -39,9 +41,13 @@ def test_each_kind_reserves_its_own_percentile(router: RouterClient) -> None:
     assert {k: (v.output_estimate, v.observed) for k, v in stats.kinds.items()} == {
         "summary": (20, 10), "essay": (800, 10)}
     assert stats.kinds["summary"].latency_ms is not None
-    assert _reserved(router, "summary") == 20
-    assert _reserved(router, "essay") == 800
-    assert _reserved(router, None) == 800
+    # the first essays wrote far past the model's estimate then (20): the mean excess
+    # rose, and every estimated reservation carries it
+    extra = math.ceil(stats.excess_tokens)
+    assert extra > 0
+    assert _reserved(router, "summary") == 20 + extra
+    assert _reserved(router, "essay") == 800 + extra
+    assert _reserved(router, None) == 800 + extra
     # a kind learned on one model says nothing of another
     assert _reserved(router, "summary", model="b") == 100
     assert router.stats().models["b"].kinds == {}
@@ -49,12 +55,32 @@ def test_each_kind_reserves_its_own_percentile(router: RouterClient) -> None:
 
 def test_a_new_kind_reserves_at_least_the_models_estimate_until_trusted(
         router: RouterClient) -> None:
-    router.set_quota("a", BIG)
+    router.set_quota("a", {**BIG, "expected_output_tokens": 500})
     _calls(router, None, [500] * 10)
     _calls(router, "short", [5] * 7)
+    assert router.stats().models["a"].excess_tokens == 0  # nothing wrote past its reservation
     assert _reserved(router, "short") == 500  # 7 calls: not yet its own
     _calls(router, "short", [5])
     assert _reserved(router, "short") == 5  # 8 calls: trusted
+
+
+def test_calls_writing_past_their_reservation_raise_the_next_ones(
+        router: RouterClient) -> None:
+    """The mean excess (EWMA, alpha 0.05, 0 for calls within their reservation) is added to
+    every reservation the engine estimates, and decays as calls keep within theirs."""
+    router.set_quota("a", BIG)  # prior: 100 output tokens
+    _calls(router, None, [100] * 20)
+    assert router.stats().models["a"].excess_tokens == 0
+    _calls(router, None, [300])  # reserved 10 + 100, used 10 + 300: 200 past it
+    assert router.stats().models["a"].excess_tokens == pytest.approx(10.0)  # 0.05 x 200
+    assert _reserved(router, None) == 100 + 10  # the P95 is still 100
+    _calls(router, None, [100] * 20)
+    decayed = router.stats().models["a"].excess_tokens
+    assert decayed == pytest.approx(10.0 * 0.95 ** 20, abs=0.01)
+    # a caller's own estimate is its own: nothing is added to it
+    before = router.stats().models["a"].tokens
+    assert isinstance(router.admit(50, models=["a"]), Admission)
+    assert router.stats().models["a"].tokens - before == 50
 
 
 def test_kinds_per_model_are_bounded_and_expire(router: RouterClient, redis_url: str,

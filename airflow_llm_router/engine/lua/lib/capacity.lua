@@ -79,10 +79,12 @@ end
 
 -- The tokens a request needs on this model: as given, or, when the caller left the
 -- output to the engine (s < 0), its input plus the model's learned output per call (for
--- the request's kind, if it has one: lib/kinds.lua).
+-- the request's kind, if it has one: lib/kinds.lua) plus the model's mean excess (what
+-- its calls wrote past their reservations, per call: lib/kinds.lua), so the reservations
+-- of the calls in flight together cover their expected overrun.
 local function need_for(st, req)
   if req.s >= 0 then return req end
-  local est = kind_estimate(st.m, st.est, req.k)
+  local est = kind_estimate(st.m, st.est, req.k) + math.ceil(st.xs)
   return {s = req.i + est, i = req.i, o = est}
 end
 

@@ -9,21 +9,32 @@
 -- forgotten KIND_TTL after it was last seen, so free-form labels cannot grow Redis.
 local OBSERVED = 64
 local LAT_ALPHA = 0.2
+-- The mean excess moves slowly: most calls write less than their reservation, and the
+-- rare long answer should raise it for a while, not for one call.
+local EXCESS_ALPHA = 0.05
 local KIND_MAX = 32
 local KIND_TTL = 86400000
 -- a kind's percentile is trusted alone after this many outputs; before, the reservation
 -- is the larger of it and the model's, so a kind's first short answers cannot undercut
 local KIND_TRUST = 8
 
--- EWMA of `samples` in hash field h[f], O(1) per sample: the first replaces the prior,
--- each later one moves the estimate LAT_ALPHA of the way towards it.
-local function observe_ewma(h, f, samples)
+-- EWMA of `samples` in hash field h[f], O(1) per sample: each moves the estimate `alpha`
+-- (default LAT_ALPHA) of the way towards it; the first replaces the prior, unless the
+-- estimate starts from `start`.
+local function observe_ewma(h, f, samples, alpha, start)
   if #samples == 0 then return end
-  local cur = tonumber(redis.call('HGET', h, f))
-  for _, ms in ipairs(samples) do
-    if cur then cur = cur + LAT_ALPHA * (ms - cur) else cur = ms end
+  alpha = alpha or LAT_ALPHA
+  local cur = tonumber(redis.call('HGET', h, f)) or start
+  for _, x in ipairs(samples) do
+    if cur then cur = cur + alpha * (x - cur) else cur = x end
   end
   redis.call('HSET', h, f, string.format('%.3f', cur))
+end
+
+-- The model's mean excess: by how many tokens its settled calls exceeded what they had
+-- reserved (0 for a call within its reservation), an EWMA in K_EST '<model>|xs'.
+local function observe_excess(m, excess)
+  observe_ewma(K_EST, m .. '|xs', excess, EXCESS_ALPHA, 0)
 end
 
 -- Push `outputs` to the list `key` (kept to about OBSERVED) and, if `recompute`, store its
