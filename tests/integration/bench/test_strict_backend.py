@@ -102,3 +102,16 @@ def test_peak_in_window_is_exact_on_half_open_windows() -> None:
     assert peak_in_window([0.0, 0.5, 1.0, 1.4, 3.0], [1, 1, 1, 1, 1], 1.0) == 3
     assert peak_in_window([0.0, 1.0, 2.0], [5, 7, 1], 1.0) == 7
     assert peak_in_window([], [], 1.0) == 0
+
+
+def test_batch_items_are_admitted_one_by_one_at_arrival(backend: str) -> None:
+    items = [{"id": str(i), "model": "r", "prompt": f"batch {i}"} for i in range(4)]
+    items.append({"id": "x", "model": "nope", "prompt": "?"})
+    done = httpx.post(f"{backend}/batch", json={"items": items}, timeout=10)
+    results = {r["id"]: r for r in done.json()["results"]}
+    assert [results[str(i)]["status"] for i in range(4)] == [200, 200, 200, 429]
+    assert results["3"]["reason"] == "requests" and results["3"]["retry_after_s"] > 29
+    assert results["x"]["status"] == 404
+    assert set(results["0"]["usage"]) == {"input_tokens", "output_tokens"}
+    stats = httpx.get(f"{backend}/stats", timeout=5).json()["models"]["r"]
+    assert (stats["accepted"], stats["rejected_429"], stats["peak_arrivals"]) == (3, 1, 4)
