@@ -244,6 +244,10 @@ def _window_rows(instance: Instance, v: _Vars, ub: _Matrix,
                 ub.add(members, [weight(c) for c in members], new)
 
 
+#: HiGHS's algorithms in the order they are tried, and how long each may take on one LP.
+METHODS = ("highs-ipm", "highs-ds", "highs")
+SOLVE_LIMIT_S = 120.0
+
 #: No solver reached a verdict at this T: not a proof of infeasibility, so the bisection
 #: treats T as feasible (the bound stays valid, if less tight), without a plan.
 UNKNOWN: tuple[dict[str, float], ...] = ()
@@ -271,11 +275,13 @@ def _solve(instance: Instance, T: float) -> tuple[dict[str, float], ...] | None:
     args = {"A_ub": ub.sparse(width) if ub.rhs else None,
             "b_ub": np.array(ub.rhs) if ub.rhs else None, "A_eq": eq.sparse(width),
             "b_eq": np.array(eq.rhs), "bounds": bounds}
-    # HiGHS's default chooses simplex; on a numerically hard LP it may end with no verdict
-    # (model status Unknown), then the other algorithms are tried. Only a proof of
-    # infeasibility raises the bound.
-    for method in ("highs", "highs-ipm", "highs-ds"):
-        result = linprog(np.zeros(width), method=method, **args)
+    # Interior point first: on these feasibility LPs (no objective) it is the steadiest
+    # (HiGHS's simplex took minutes on some W3 instances, or ended without a verdict); each
+    # algorithm gets SOLVE_LIMIT_S, then the next is tried. Only a proof of infeasibility
+    # raises the bound.
+    for method in METHODS:
+        result = linprog(np.zeros(width), method=method,
+                         options={"time_limit": SOLVE_LIMIT_S}, **args)
         if result.status in (0, 2):
             break
     if result.status == 2:  # infeasible
