@@ -96,7 +96,10 @@ def lp_bound(instance: Instance, *, rel_tol: float = 0.002) -> LPBound:
         else:
             hi = mid
             plan = found or plan  # an undecided T keeps the last plan
-    return LPBound(lo, trivial, hi, solves, time.monotonic() - started, plan)
+    # the plan the reference schedule follows: a vertex of the relaxation (simplex) names
+    # fewer models per prompt than interior point's centre, and schedules better from it
+    vertex = _solve(instance, hi, methods=("highs-ds",), limit_s=PLAN_LIMIT_S)
+    return LPBound(lo, trivial, hi, solves + 1, time.monotonic() - started, vertex or plan)
 
 
 def _window(instance: Instance) -> float:
@@ -247,15 +250,19 @@ def _window_rows(instance: Instance, v: _Vars, ub: _Matrix,
 #: HiGHS's algorithms in the order they are tried, and how long each may take on one LP.
 METHODS = ("highs-ipm", "highs-ds", "highs")
 SOLVE_LIMIT_S = 120.0
+#: How long the simplex may take for the plan at the bound (else interior point's plan).
+PLAN_LIMIT_S = 60.0
 
 #: No solver reached a verdict at this T: not a proof of infeasibility, so the bisection
 #: treats T as feasible (the bound stays valid, if less tight), without a plan.
 UNKNOWN: tuple[dict[str, float], ...] = ()
 
 
-def _solve(instance: Instance, T: float) -> tuple[dict[str, float], ...] | None:
+def _solve(instance: Instance, T: float, methods: tuple[str, ...] = METHODS,
+           limit_s: float = SOLVE_LIMIT_S) -> tuple[dict[str, float], ...] | None:
     """The relaxation's shares per prompt and model if it is feasible at makespan T;
-    :data:`UNKNOWN` if no solver could tell; None if it is proven infeasible."""
+    :data:`UNKNOWN` if no solver could tell (of ``methods``, each given ``limit_s``);
+    None if it is proven infeasible."""
     v = _Vars.of(instance, T)
     if v is None:
         return None
@@ -279,9 +286,9 @@ def _solve(instance: Instance, T: float) -> tuple[dict[str, float], ...] | None:
     # (HiGHS's simplex took minutes on some W3 instances, or ended without a verdict); each
     # algorithm gets SOLVE_LIMIT_S, then the next is tried. Only a proof of infeasibility
     # raises the bound.
-    for method in METHODS:
-        result = linprog(np.zeros(width), method=method,
-                         options={"time_limit": SOLVE_LIMIT_S}, **args)
+    for method in methods:
+        result = linprog(np.zeros(width), method=method, options={"time_limit": limit_s},
+                         **args)
         if result.status in (0, 2):
             break
     if result.status == 2:  # infeasible
