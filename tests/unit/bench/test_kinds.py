@@ -25,7 +25,7 @@ def test_report_compares_each_mode_with_the_worst_case() -> None:
          "estimates": {"model": 1500, "essay": 1400, "summary": 60}},
     ]
     text = kinds.report(opts, rows)
-    assert "| worst_case | 30.0 | 1.00x | 4.0 | 0 | 10000 / 12000 | 2000 (cap) |" in text
+    assert "| worst_case | 30.0 | 1.00x | 4.0 | 0 | 10000 / 12000 | 2000 (cap) | 0.0 |" in text
     assert ("| per_kind | 20.0 | 1.50x | 5.0 | 2 | 11950 / 12000 | "
-            "1500; essay 1400; summary 60 |") in text
+            "1500; essay 1400; summary 60 | 0.0 |") in text
     assert "(+25%)" in text and "33% shorter" in text
