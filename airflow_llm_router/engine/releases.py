@@ -15,9 +15,11 @@ log = logging.getLogger(__name__)
 
 
 #: Wait reasons a release can end: a freed slot, tokens settled below their estimate, a
-#: finished breaker probe. A wait for rpm or a cooldown ends only with time (its retry
-#: after is exact) or a quota change, so such waiters sleep through releases.
-RELEASE_HELPS = frozenset({"concurrency", "tpm", "input_tpm", "output_tpm", "breaker"})
+#: finished breaker probe, a model's first answer (``warming``). A wait for rpm or a
+#: cooldown ends only with time (its retry after is exact) or a quota change, so such
+#: waiters sleep through releases.
+RELEASE_HELPS = frozenset({"concurrency", "tpm", "input_tpm", "output_tpm", "breaker",
+                           "warming"})
 
 
 class ReleaseListener:

@@ -23,9 +23,17 @@ def provider_takes(router: RouterClient, leases: list[Admission], accepted: int)
         for k, lease in enumerate(leases)])
 
 
-def until_admits(router: RouterClient) -> list[Admission]:
-    """Admit as soon as the window (and the cooldown) let a call in again, then all it takes."""
-    return admitting.until_admits(router, every_s=WINDOW_S / 20)
+def next_burst(router: RouterClient) -> list[Admission]:
+    """What admission lets in once the window (and the cooldown) has room again. The last
+    burst's entries leave the window over the milliseconds it took to admit them (more of
+    them on a loaded machine): gather what it lets in over half a window (their new
+    entries stay in it)."""
+    burst = admitting.until_admits(router, every_s=WINDOW_S / 20)
+    gather_until = time.monotonic() + WINDOW_S / 2
+    while time.monotonic() < gather_until:
+        burst += admit_all(router)
+        time.sleep(WINDOW_S / 40)
+    return burst
 
 
 def test_429s_cut_the_share_at_most_by_half_down_to_what_the_provider_took(
@@ -42,7 +50,7 @@ def test_429s_cut_the_share_at_most_by_half_down_to_what_the_provider_took(
     assert stats.effective is not None and stats.effective["rpm"] == 20
 
     for admitted, share in [(20, 0.25), (10, 0.125), (5, 3 / 40)]:
-        burst = until_admits(router)
+        burst = next_burst(router)
         assert len(burst) == admitted
         provider_takes(router, burst, accepted=3)
         assert abs(router.stats().models["a"].limit_share - share) < 1e-6
@@ -50,13 +58,7 @@ def test_429s_cut_the_share_at_most_by_half_down_to_what_the_provider_took(
     stats = router.stats().models["a"]
     assert stats.counters["limit_cuts"] == 4
     assert stats.effective is not None and stats.effective["rpm"] == 3  # what it took
-    last = until_admits(router)
-    # the last burst's entries leave the window over the milliseconds it took to admit
-    # them: gather what admission lets in over half a window (their new entries stay)
-    gather_until = time.monotonic() + WINDOW_S / 2
-    while time.monotonic() < gather_until:
-        last += admit_all(router)
-        time.sleep(WINDOW_S / 40)
+    last = next_burst(router)
     assert len(last) == 3  # the provider's real limit: no 429 from here on
     provider_takes(router, last, accepted=3)
     assert router.stats().models["a"].counters["limit_cuts"] == 4

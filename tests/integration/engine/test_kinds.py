@@ -10,7 +10,7 @@ import redis
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
-from airflow_llm_router.engine.types import Admission
+from airflow_llm_router.engine.types import Admission, Wait
 
 BIG = {"rpm": 100_000, "tpm": 10**9, "max_concurrency": 10_000, "expected_output_tokens": 100}
 
@@ -114,3 +114,28 @@ def test_bad_kind_or_request_id_names_the_field(router: RouterClient, kwargs: di
     with pytest.raises(ValueError, match=field):
         router.admit(input_tokens=10, **kwargs)
     assert router.stats().models["a"].requests == 0
+
+
+def test_before_a_models_first_answer_estimated_calls_fill_a_quarter_of_its_tokens(
+        router: RouterClient) -> None:
+    """The prior (100 output tokens) is all the engine knows until an answer settles:
+    estimated calls may fill a quarter of tpm (250 of 1,000) while others are in flight,
+    so answers up to 4x the prior keep the window within tpm. The first answer ends it."""
+    router.set_quota("a", {"rpm": 100, "tpm": 1000, "max_concurrency": 100,
+                           "expected_output_tokens": 100})
+    router.set_quota("b", {"rpm": 100, "tpm": 1000, "max_concurrency": 100,
+                           "expected_output_tokens": 100})
+    first = [router.admit(input_tokens=10, models=["a"]) for _ in range(2)]
+    assert all(isinstance(x, Admission) for x in first)  # 220 tokens reserved
+    held = router.admit(input_tokens=10, models=["a"])  # 330 > 250
+    assert isinstance(held, Wait) and held.reason == "warming"
+    # a caller's own estimate is not held: it is the caller's, not the engine's guess
+    assert isinstance(router.admit(110, models=["a"]), Admission)
+    router.complete(first[0].lease_id, 10, 120)  # the first answer: the model is warm
+    assert router.stats().models["a"].output_estimate == 120
+    assert isinstance(router.admit(input_tokens=10, models=["a"]), Admission)
+    # a model whose answers carry no token counts warms with its first completion too
+    lone = [router.admit(input_tokens=10, models=["b"]) for _ in range(2)]
+    assert isinstance(router.admit(input_tokens=10, models=["b"]), Wait)
+    router.complete(lone[0].lease_id)  # tokens unknown
+    assert isinstance(router.admit(input_tokens=10, models=["b"]), Admission)

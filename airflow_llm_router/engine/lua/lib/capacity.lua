@@ -46,6 +46,21 @@ local function slot_wait(st)
   return math.max(1, math.min(MAX_WAIT, tonumber(first[2]) - NOW))
 end
 
+-- Before a model's first answer the engine's output estimate is only the quota's prior
+-- (expected_output_tokens): while calls of it are in flight, requests that leave the
+-- output to the engine may fill only COLD_SHARE of the model's tokens per window, so
+-- answers up to 1 / COLD_SHARE times the prior keep the window within tpm. The first
+-- completion (with or without token counts) ends it; waiters wake on its release.
+local COLD_SHARE = 0.25
+
+local function model_cold(st)
+  if st.cold == nil then
+    st.cold = not EST[st.m]
+        and (tonumber(redis.call('HGET', K_STATS, st.m .. '|completed')) or 0) == 0
+  end
+  return st.cold
+end
+
 -- Returns 0 when the request fits now; otherwise (wait ms, reason).
 local function blocked(st, need, res)
   local q = st.q
@@ -68,6 +83,10 @@ local function blocked(st, need, res)
   if st.s + need.s + res.s > tpm then
     return window_wait(st, 's', st.s + need.s + res.s - tpm), 'tpm'
   end
+  if need.est and st.live > 0 and st.s + need.s + res.s > q.tpm * COLD_SHARE
+      and model_cold(st) then
+    return slot_wait(st), 'warming'
+  end
   if itpm and st.i + need.i + res.i > itpm then
     return window_wait(st, 'i', st.i + need.i + res.i - itpm), 'input_tpm'
   end
@@ -85,7 +104,7 @@ end
 local function need_for(st, req)
   if req.s >= 0 then return req end
   local est = kind_estimate(st.m, st.est, req.k) + math.ceil(st.xs)
-  return {s = req.i + est, i = req.i, o = est}
+  return {s = req.i + est, i = req.i, o = est, est = true}
 end
 
 -- Why a request could never fit this model, or nil.
