@@ -116,26 +116,26 @@ def test_bad_kind_or_request_id_names_the_field(router: RouterClient, kwargs: di
     assert router.stats().models["a"].requests == 0
 
 
-def test_before_a_models_first_answer_estimated_calls_fill_a_quarter_of_its_tokens(
-        router: RouterClient) -> None:
-    """The prior (100 output tokens) is all the engine knows until an answer settles:
-    estimated calls may fill a quarter of tpm (250 of 1,000) while others are in flight,
-    so answers up to 4x the prior keep the window within tpm. The first answer ends it."""
-    router.set_quota("a", {"rpm": 100, "tpm": 1000, "max_concurrency": 100,
-                           "expected_output_tokens": 100})
-    router.set_quota("b", {"rpm": 100, "tpm": 1000, "max_concurrency": 100,
-                           "expected_output_tokens": 100})
-    first = [router.admit(input_tokens=10, models=["a"]) for _ in range(2)]
-    assert all(isinstance(x, Admission) for x in first)  # 220 tokens reserved
-    held = router.admit(input_tokens=10, models=["a"])  # 330 > 250
+def test_before_a_models_first_answer_four_estimated_calls_go(router: RouterClient) -> None:
+    """The prior (10 output tokens) is all the engine knows until an answer settles, and
+    may be far off: requests that leave the output to the engine go while fewer than 4
+    calls of the model are in flight. The first answer ends it."""
+    router.set_quota("a", {"rpm": 100, "tpm": 100_000, "max_concurrency": 100,
+                           "expected_output_tokens": 10})
+    router.set_quota("b", {"rpm": 100, "tpm": 100_000, "max_concurrency": 100,
+                           "expected_output_tokens": 10})
+    first = [router.admit(input_tokens=10, models=["a"]) for _ in range(4)]
+    assert all(isinstance(x, Admission) for x in first)
+    held = router.admit(input_tokens=10, models=["a"])
     assert isinstance(held, Wait) and held.reason == "warming"
     # a caller's own estimate is not held: it is the caller's, not the engine's guess
     assert isinstance(router.admit(110, models=["a"]), Admission)
     router.complete(first[0].lease_id, 10, 120)  # the first answer: the model is warm
     assert router.stats().models["a"].output_estimate == 120
-    assert isinstance(router.admit(input_tokens=10, models=["a"]), Admission)
+    assert all(isinstance(router.admit(input_tokens=10, models=["a"]), Admission)
+               for _ in range(10))
     # a model whose answers carry no token counts warms with its first completion too
-    lone = [router.admit(input_tokens=10, models=["b"]) for _ in range(2)]
+    lone = [router.admit(input_tokens=10, models=["b"]) for _ in range(4)]
     assert isinstance(router.admit(input_tokens=10, models=["b"]), Wait)
     router.complete(lone[0].lease_id)  # tokens unknown
     assert isinstance(router.admit(input_tokens=10, models=["b"]), Admission)

@@ -47,11 +47,12 @@ local function slot_wait(st)
 end
 
 -- Before a model's first answer the engine's output estimate is only the quota's prior
--- (expected_output_tokens): while calls of it are in flight, requests that leave the
--- output to the engine may fill only COLD_SHARE of the model's tokens per window, so
--- answers up to 1 / COLD_SHARE times the prior keep the window within tpm. The first
--- completion (with or without token counts) ends it; waiters wake on its release.
-local COLD_SHARE = 0.25
+-- (expected_output_tokens), which may be far off: requests that leave the output to the
+-- engine are admitted while fewer than COLD_CALLS calls of the model are in flight, so
+-- the first window holds at most COLD_CALLS answers of unknown length, whatever the
+-- prior. The first completion (with or without token counts) ends it; waiters wake on
+-- its release.
+local COLD_CALLS = 4
 
 local function model_cold(st)
   if st.cold == nil then
@@ -83,8 +84,7 @@ local function blocked(st, need, res)
   if st.s + need.s + res.s > tpm then
     return window_wait(st, 's', st.s + need.s + res.s - tpm), 'tpm'
   end
-  if need.est and st.live > 0 and st.s + need.s + res.s > q.tpm * COLD_SHARE
-      and model_cold(st) then
+  if need.est and st.live >= COLD_CALLS and model_cold(st) then
     return slot_wait(st), 'warming'
   end
   if itpm and st.i + need.i + res.i > itpm then
