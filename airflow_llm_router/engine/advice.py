@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_llm_router.engine.quota import ModelQuota
-from airflow_llm_router.engine.stats import RouterStats
+from airflow_llm_router.engine.stats import ModelStats, RouterStats
 
 __all__ = ["Advice", "ModelAdvice", "ModelLoad", "advise", "advise_from_stats", "loads_from_stats"]
 
@@ -166,13 +166,47 @@ def advise(
     )
 
 
-def loads_from_stats(stats: RouterStats, input_tokens_per_call: float = 0) -> dict[str, ModelLoad]:
+def _mix(m: ModelStats, kinds: Mapping[str, int]) -> tuple[float, float | None]:
+    """Output tokens and latency (ms) per call of model m on a backlog of this mix of task
+    kinds: each kind's own estimates where the model has learned them, else the model's."""
+    total = sum(kinds.values())
+    output, latency, timed = 0.0, 0.0, 0
+    for kind, count in kinds.items():
+        k = m.kinds.get(kind)
+        out = k.output_estimate if k is not None and k.output_estimate is not None \
+            else m.output_estimate
+        lat = k.latency_ms if k is not None and k.latency_ms is not None else m.latency_ms
+        output += count * out
+        if lat is not None:
+            latency += count * lat
+            timed += count
+    return output / total, (latency / timed if timed else m.latency_ms)
+
+
+def loads_from_stats(stats: RouterStats, input_tokens_per_call: float = 0,
+                     backlog_kinds: Mapping[str, int] | None = None) -> dict[str, ModelLoad]:
     """Each model's load from its stats: tokens per call of its current window when it has
     requests in it (estimates until settled), else its learned output tokens per call plus
-    ``input_tokens_per_call`` (a cold-start guess: too low errs towards more solvers)."""
+    ``input_tokens_per_call`` (a cold-start guess: too low errs towards more solvers).
+
+    ``backlog_kinds`` (tasks waiting per kind): the backlog's mix decides instead, each
+    kind weighing its own learned output and latency on the model (``ModelStats.kinds``;
+    the model's own where it has not learned the kind), with ``input_tokens_per_call``.
+    """
+    if backlog_kinds is not None:
+        bad = {k: v for k, v in backlog_kinds.items() if not isinstance(v, int) or v < 0}
+        if bad or not any(backlog_kinds.values()):
+            raise ValueError(f"backlog_kinds: {dict(backlog_kinds)!r} must map kinds to whole "
+                             "numbers >= 0, at least one above 0")
     loads = {}
     for name, m in stats.models.items():
         if m.quota is None:
+            continue
+        if backlog_kinds is not None:
+            output, latency_ms = _mix(m, backlog_kinds)
+            guess = float(input_tokens_per_call)
+            loads[name] = ModelLoad(m.quota, None if latency_ms is None else latency_ms / 1000,
+                                    guess + output, guess, output, in_flight=m.in_flight)
             continue
         if m.requests > 0:
             n = m.requests
@@ -192,8 +226,11 @@ def advise_from_stats(
     per_solver_in_flight: int = 100,
     max_solvers: int = 16,
     input_tokens_per_call: float = 0,
+    backlog_kinds: Mapping[str, int] | None = None,
 ) -> Advice:
-    """:func:`advise` on the engine's stats (its waiting requests included)."""
-    return advise(loads_from_stats(stats, input_tokens_per_call), backlog=backlog,
+    """:func:`advise` on the engine's stats (its waiting requests included); see
+    :func:`loads_from_stats` for ``backlog_kinds``."""
+    return advise(loads_from_stats(stats, input_tokens_per_call, backlog_kinds),
+                  backlog=backlog,
                   waiting=stats.waiting, per_solver_in_flight=per_solver_in_flight,
                   max_solvers=max_solvers)

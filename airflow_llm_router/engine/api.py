@@ -273,12 +273,15 @@ class RouterAPI:
         per_solver_in_flight: int = 100,
         max_solvers: int = 16,
         input_tokens_per_call: float = 0,
+        backlog_kinds: Mapping[str, int] | None = None,
     ) -> Steps[Advice]:
         """How many solvers saturate the quotas for ``backlog`` waiting tasks (Little's law
         on each model's rate limit and latency; see :mod:`airflow_llm_router.engine.advice`).
 
         :param input_tokens_per_call: input tokens assumed per call for a model with no
-            request in its current window.
+            request in its current window (or with ``backlog_kinds``).
+        :param backlog_kinds: the waiting tasks per kind: each model's load is then the
+            backlog's mix of what it learned per kind (output tokens, latency).
         """
         return self._reading(self.core.advice(
-            backlog, per_solver_in_flight, max_solvers, input_tokens_per_call))
+            backlog, per_solver_in_flight, max_solvers, input_tokens_per_call, backlog_kinds))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -215,12 +215,14 @@ class RouterCore:
         per_solver_in_flight: int = 100,
         max_solvers: int = 16,
         input_tokens_per_call: float = 0,
+        backlog_kinds: Mapping[str, int] | None = None,
     ) -> Step[Advice]:
         stats = yield from self.stats()
         return advise_from_stats(stats, backlog=backlog,
                                  per_solver_in_flight=per_solver_in_flight,
                                  max_solvers=max_solvers,
-                                 input_tokens_per_call=input_tokens_per_call)
+                                 input_tokens_per_call=input_tokens_per_call,
+                                 backlog_kinds=backlog_kinds)
 
 
 def encode_request(r: AdmitRequest) -> list[Any]:

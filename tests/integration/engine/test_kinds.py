@@ -139,3 +139,15 @@ def test_before_a_models_first_answer_four_estimated_calls_go(router: RouterClie
     assert isinstance(router.admit(input_tokens=10, models=["b"]), Wait)
     router.complete(lone[0].lease_id)  # tokens unknown
     assert isinstance(router.admit(input_tokens=10, models=["b"]), Admission)
+
+
+def test_the_advice_weighs_the_backlogs_kinds_with_what_was_learned(
+        router: RouterClient) -> None:
+    router.set_quota("a", {**BIG, "expected_output_tokens": 500})
+    _calls(router, "summary", [20] * 10)
+    _calls(router, "essay", [800] * 10)
+    summaries = router.advice(backlog=100, backlog_kinds={"summary": 100}).models["a"]
+    essays = router.advice(backlog=100, backlog_kinds={"essay": 100}).models["a"]
+    assert summaries.tokens_per_call == 20 and essays.tokens_per_call == 800
+    both = router.advice(backlog=100, backlog_kinds={"summary": 50, "essay": 50})
+    assert both.models["a"].tokens_per_call == 410

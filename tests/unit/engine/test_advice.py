@@ -8,7 +8,7 @@ import pytest
 
 from airflow_llm_router.engine.advice import ModelLoad, advise, advise_from_stats
 from airflow_llm_router.engine.quota import ModelQuota
-from airflow_llm_router.engine.stats import ModelStats, RouterStats
+from airflow_llm_router.engine.stats import KindStats, ModelStats, RouterStats
 
 
 def quota(**kw: object) -> ModelQuota:
@@ -142,3 +142,26 @@ def test_to_dict_is_json_safe() -> None:
     again = json.loads(json.dumps(doc))
     assert again["solvers"] == 1 and again["models"]["m"]["binding"] == "rpm"
     assert again["models"]["n"]["latency_s"] is None
+
+
+def test_the_backlogs_mix_of_kinds_weighs_each_kinds_estimates() -> None:
+    """A backlog of 30 summaries and 10 essays on a tpm-bound model: tokens per call are the
+    mix of what the model learned per kind (20 and 800 output tokens, 1 s and 9 s), plus the
+    input guess; a kind it has not learned counts at the model's own estimate."""
+    kinds = {"summary": KindStats(20, 1000.0, 50, 0), "essay": KindStats(800, 9000.0, 50, 0)}
+    m = ModelStats(model="m", quota=quota(tpm=60_000, rpm=600), requests=5, tokens=5000,
+                   input_tokens=0, output_tokens=0, in_flight=0, output_estimate=500,
+                   cooldown_ms=0, breaker="closed", counters={}, latency_ms=4000.0,
+                   kinds=kinds)
+    stats = RouterStats(now_ms=0, waiting=0, models={"m": m})
+    a = advise_from_stats(stats, backlog=40, input_tokens_per_call=100,
+                          backlog_kinds={"summary": 30, "essay": 10})
+    got = a.models["m"]
+    assert got.tokens_per_call == pytest.approx(100 + (30 * 20 + 10 * 800) / 40)  # 315
+    assert got.latency_s == pytest.approx((30 * 1 + 10 * 9) / 40)  # 3 s
+    assert got.rate_per_s == pytest.approx(60_000 / (60 * 315))
+    # an unlearned kind: the model's own 500 tokens and 4 s
+    b = advise_from_stats(stats, backlog=40, backlog_kinds={"other": 40}).models["m"]
+    assert b.tokens_per_call == 500 and b.latency_s == 4.0
+    with pytest.raises(ValueError, match="backlog_kinds"):
+        advise_from_stats(stats, backlog=40, backlog_kinds={"summary": -1})
