@@ -44,6 +44,7 @@ class DrainState:
     dead: int = 0
     released: int = 0
     stale: int = 0
+    adopted: int = 0
 
     def add(self, counts: dict[str, int]) -> None:
         for name, n in counts.items():
@@ -52,6 +53,7 @@ class DrainState:
     def summary(self) -> dict[str, Any]:
         return {"solved": self.solved, "failed": self.failed, "dead": self.dead,
                 "released": self.released, "stale": self.stale, "chunks": self.chunks,
+                "adopted": self.adopted,
                 "elapsed_s": round(time.time() - self.started, 3)}
 
 
@@ -126,6 +128,24 @@ class _Draining:
             return claimed
 
         return list(await self.call(take))
+
+    async def adopt(self, solver: Solver) -> list[asyncio.Task[SolveResult]]:
+        """Take back this worker's own live claims (left by an earlier run of the same
+        trigger that a triggerer restarted) and solve them first: their leases are found
+        again by request id, and nothing waits for their claims to expire."""
+        def take() -> list[Any]:
+            adopted = self.store.adopt(worker_id=self.worker_id,
+                                       claim_ttl_s=self.settings.claim_ttl_s)
+            self.claims.update({t.id: t.claim_token for t in adopted})
+            return adopted
+
+        adopted = list(await self.call(take))
+        if adopted:
+            self.state.adopted += len(adopted)
+            solver.progress.total += len(adopted)
+            log.warning("took back %d claim(s) of %s left by an earlier run of this trigger",
+                        len(adopted), self.worker_id)
+        return [asyncio.create_task(solver.solve(item)) for item in chunk_items(adopted)]
 
     async def start(self, solver: Solver, n: int) -> list[asyncio.Task[SolveResult]]:
         """Claim up to ``n`` tasks and start solving each."""
@@ -246,6 +266,7 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
     try:
+        active.update(await d.adopt(solver))
         await d.steer(solver, now=True)
         while True:
             open_slots = settings.max_in_flight - len(active)

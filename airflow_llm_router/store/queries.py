@@ -93,6 +93,16 @@ UPDATE {tasks} AS t
 RETURNING {columns}, t.priority_rank
 """
 
+# A restarted worker takes back its own live claims (same worker id: the same task instance
+# try), keeping their tokens and attempts: its in-flight calls' leases carry those tokens.
+_ADOPT = """
+UPDATE {tasks} AS t
+   SET claim_expires_at = now() + make_interval(secs => %(ttl)s),
+       updated_at = now()
+ WHERE t.status = 'claimed' AND t.claimed_by = %(worker_id)s
+RETURNING {columns}, t.priority_rank
+"""
+
 # A claim token is current while the row is claimed with it, and also after its claim expired
 # and _RECLAIM put the row back in pending, until the next claim replaces the token.
 _CURRENT = "t.status IN ('claimed', 'pending') AND t.claim_token = r.token"
@@ -168,6 +178,7 @@ class Queries:
     notify: sql.SQL
     reclaim: sql.Composed
     claim: sql.Composed
+    adopt: sql.Composed
     complete: sql.Composed
     fail: sql.Composed
     release: sql.Composed
@@ -185,7 +196,8 @@ class Queries:
                 tasks=names.tasks,
                 clear_claim=sql.SQL(_CLEAR_CLAIM),
                 current=sql.SQL(_CURRENT),
-                columns=sql.SQL(CLAIMED_COLUMNS if template is _CLAIM else ROW_COLUMNS),
+                columns=sql.SQL(CLAIMED_COLUMNS if template in (_CLAIM, _ADOPT)
+                                else ROW_COLUMNS),
             )
 
         return cls(
@@ -193,6 +205,7 @@ class Queries:
             notify=sql.SQL("SELECT pg_notify(%s, %s)"),
             reclaim=compose(_RECLAIM),
             claim=compose(_CLAIM),
+            adopt=compose(_ADOPT),
             complete=compose(_COMPLETE),
             fail=compose(_FAIL),
             release=compose(_RELEASE),

@@ -107,6 +107,21 @@ class TaskStore(StoreConnection):
         rows.sort(key=lambda row: (row[-1], row[0]))
         return [checks.claimed_task(row) for row in rows]
 
+    def adopt(self, *, worker_id: str, claim_ttl_s: float) -> list[ClaimedTask]:
+        """Take back the live claims ``worker_id`` holds (a restarted worker of the same
+        task instance try: a trigger that a triggerer restarted), extending them by
+        ``claim_ttl_s``; tokens and attempts stay, so writes stay fenced and the request
+        ids built from the tokens find their live leases again.
+
+        :return: the claims, in claim order (hot first, then oldest).
+        """
+        checks.validate_claim_args(1, worker_id, claim_ttl_s)
+        with self._transaction() as conn:
+            rows = conn.execute(self._queries.adopt,
+                                {"worker_id": worker_id, "ttl": float(claim_ttl_s)}).fetchall()
+        rows.sort(key=lambda row: (row[-1], row[0]))
+        return [checks.claimed_task(row) for row in rows]
+
     def reclaim(self) -> int:
         """Return expired claims to pending now and announce them; :meth:`claim`,
         :meth:`backlog_size` and :meth:`claims_in_progress` do this first, so there is

@@ -129,3 +129,27 @@ async def test_a_drain_after_a_crash_waits_for_the_dead_workers_claims(
     assert event["summary"]["solved"] == 30
     counts = store.counts()
     assert counts["solved"] == 30 and counts["claimed"] == 0
+
+
+async def test_a_restarted_drain_takes_back_its_own_claims_at_once(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """The triggerer running a drain died and another restarted its trigger: the same
+    worker id finds the claims the dead run held (which would last another 10 minutes)
+    and solves them first, with their tokens and attempts, instead of waiting for them."""
+    profile = small_profile(time_scale=120)
+    store.enqueue([f"prompt {i}" for i in range(30)])
+    left = store.claim(12, worker_id="drain-under-test", claim_ttl_s=600)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn):
+        set_quotas_from(router, profile)
+        started = time.monotonic()
+        event = await _event(_drain(pg_schema, seconds=60, claim_ttl_s=600), within_s=90)
+    assert event["status"] == "done", event
+    assert event["summary"]["adopted"] == 12 and event["summary"]["solved"] == 30
+    assert time.monotonic() - started < 30  # not the claims' 600 s
+    counts = store.counts()
+    assert counts["solved"] == 30 and counts["claimed"] == 0
+    for task in left:  # the same attempt, finished under the same claim
+        row = store.get(task.id)
+        assert row is not None and row.attempts == 1

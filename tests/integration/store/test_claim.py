@@ -191,3 +191,23 @@ def test_claim_of_zero_is_empty(store: TaskStore) -> None:
     store.enqueue(["p"])
     assert store.claim(0, worker_id="w", claim_ttl_s=30) == []
     assert store.counts()["pending"] == 1
+
+
+def test_a_worker_takes_back_only_its_own_live_claims(store: TaskStore) -> None:
+    """A restarted worker (same worker id) gets its claims back with their tokens and
+    attempts, extended; another worker's claims and finished tasks stay as they are."""
+    store.enqueue(["a", "b", "c", "d"])
+    mine = store.claim(2, worker_id="w1", claim_ttl_s=5)
+    theirs = store.claim(1, worker_id="w2", claim_ttl_s=5)
+    store.complete(mine[1].id, mine[1].claim_token, answer="done", model="m")
+    before = store.get(mine[0].id)
+    assert before is not None and before.claim_expires_at is not None
+    adopted = store.adopt(worker_id="w1", claim_ttl_s=600)
+    assert [(t.id, t.claim_token, t.attempts) for t in adopted] == [
+        (mine[0].id, mine[0].claim_token, 1)]
+    after = store.get(mine[0].id)
+    assert after is not None and after.claim_expires_at is not None
+    assert after.status == "claimed" and after.claim_expires_at > before.claim_expires_at
+    other = store.get(theirs[0].id)
+    assert other is not None and other.claimed_by == "w2"
+    assert store.adopt(worker_id="nobody", claim_ttl_s=600) == []
