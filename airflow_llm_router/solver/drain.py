@@ -58,8 +58,9 @@ class DrainState:
 
 
 def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
-    """Solver items for claimed tasks. The request id carries the claim token: a restarted
-    trigger of the same claim reuses its leases; a new claim of the task starts afresh."""
+    """Solver items for claimed tasks. The request id carries the claim token (and the
+    solver adds its run's mark): an answer is written only under the claim it was made
+    for."""
     return [
         SolveItem(key=str(t.id), prompt=t.prompt, request_id=f"task-{t.id}:{t.claim_token}",
                   models=t.allowed_models, ordered=True, priority=t.priority,
@@ -131,8 +132,9 @@ class _Draining:
 
     async def adopt(self, solver: Solver) -> list[asyncio.Task[SolveResult]]:
         """Take back this worker's own live claims (left by an earlier run of the same
-        trigger that a triggerer restarted) and solve them first: their leases are found
-        again by request id, and nothing waits for their claims to expire."""
+        trigger that a triggerer restarted) and solve them first, so nothing waits for
+        their claims to expire. Their calls are admitted afresh: the dead run may have sent
+        them, and its leases count until they expire."""
         def take() -> list[Any]:
             adopted = self.store.adopt(worker_id=self.worker_id,
                                        claim_ttl_s=self.settings.claim_ttl_s)

@@ -19,8 +19,9 @@ class SolveItem:
     """One prompt to solve.
 
     :param key: the caller's id for it (task id in the store, index for direct prompts).
-    :param request_id: stable per attempt of the task (e.g. task id + claim token), so a
-        restarted trigger gets its live leases back instead of reserving twice.
+    :param request_id: stable per attempt of the task (e.g. task id + claim token); each
+        call's request id adds the solver run's mark and the call's number, so a retried
+        admission finds its lease again and a restarted run counts its calls afresh.
     :param kind: the task's type; the engine learns output tokens per model and kind
         (``AdmitRequest.kind``). None: the model's estimates only.
     """

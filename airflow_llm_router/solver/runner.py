@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,12 @@ class Solver:
         self.settings, self.deadline = settings, deadline
         self.admitter, self.progress = admitter, progress
         self.outage = outage
+        #: This run's mark in every request id. A retried admission of the same run (its
+        #: reply lost to a Redis hiccup) finds its lease again; a restarted run (another
+        #: triggerer, a retried task) reserves afresh, since the dead run may have sent the
+        #: call already and the backend counts the repeat as a new request. The dead run's
+        #: leases keep counting until they expire.
+        self.run_mark = secrets.token_hex(4)
         self.slots = asyncio.Semaphore(settings.max_in_flight)
         self.stamps = SendStamps(router, outage)
         #: settlements of answered calls still being sent to Redis (see :meth:`_settle`)
@@ -126,7 +133,8 @@ class Solver:
                 estimated_tokens=None if cap is None else tokens + cap,
                 estimated_output_tokens=cap, models=item.models, ordered=item.ordered,
                 priority=item.priority,  # type: ignore[arg-type]
-                request_id=f"{item.request_id}:{calls + 1}", kind=item.kind)
+                request_id=f"{item.request_id}:{self.run_mark}:{calls + 1}",
+                kind=item.kind)
             asked = time.monotonic()
             try:
                 lease = await self.admitter.admit(request, max(0.0, self._left()))

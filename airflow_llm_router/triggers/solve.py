@@ -29,10 +29,10 @@ class _SolvingTrigger(RouterTrigger):
     """What both triggers share: the connections, the deadline, the caller's state, one
     event (``done`` with the payload, or ``error``), and the solver's set-up.
 
-    Safe to run twice (a triggerer can fail over): admissions are keyed by request ids that
-    hold the task's claim token (or the operator's task instance), so a second run of the
-    same items gets live leases back instead of reserving again; two drains claim different
-    tasks (SKIP LOCKED), and a late writer is refused by the claim token.
+    Safe to run twice (a triggerer can fail over): a second run admits its calls afresh
+    (the first may have sent them; its leases count until they expire), a restarted drain
+    takes back its own claims at once, two drains claim different tasks (SKIP LOCKED), and
+    a late writer is refused by the claim token.
     """
 
     settings_class: type[SolveSettings] = SolveSettings

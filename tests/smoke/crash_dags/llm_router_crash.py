@@ -1,9 +1,9 @@
 """The triggerer-crash test's drain DAG: two mapped deferrable solvers with short claims.
 
 Parsed by the real DAG processor of ``tests/smoke/test_triggerer_crash.py``, which gives the
-store schema (unique per run) in ``LLMR_SMOKE_STORE_SCHEMA``. Claims last 6 s (extended every
-2 s while their task is in flight), so the claims of a killed triggerer's drains return to
-the backlog within seconds, not the default two minutes.
+store schema (unique per run) in ``LLMR_SMOKE_STORE_SCHEMA``. Claims last the default two
+minutes: the re-run drains must take their own claims back at once rather than wait for
+them to expire.
 """
 
 from __future__ import annotations
@@ -28,6 +28,6 @@ with DAG(
         deferrable=True,
         retries=0,
     ).expand(settings=[
-        {"max_in_flight": 40, "time_budget_s": 150.0, "claim_ttl_s": 6.0, "claim_batch": 20}
+        {"max_in_flight": 40, "time_budget_s": 150.0, "claim_batch": 20}
         for _ in range(2)
     ])
