@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_llm_router.solver.settings import SolveSettings, parse_settings
 from airflow_llm_router.triggers.solve import DrainTrigger, SolveTrigger
 
-__all__ = ["CALL_MARGIN_S", "SolvingOperator", "event_status"]
+__all__ = ["CALL_MARGIN_S", "SolvingOperator", "event_status", "first_event"]
 
 #: Extra time a deferral may take after its deadline, for calls in flight to end.
 CALL_MARGIN_S = 600.0
@@ -58,7 +58,7 @@ class SolvingOperator(BaseOperator, Generic[S]):
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete",
                        timeout=timedelta(seconds=settings.time_budget_s + CALL_MARGIN_S))
-        return asyncio.run(_first_event(trigger))
+        return asyncio.run(first_event(trigger))
 
     @staticmethod
     def deadline(settings: SolveSettings) -> float:
@@ -72,7 +72,8 @@ def _templated(value: object) -> bool:
     return isinstance(value, Mapping) and any(_templated(v) for v in value.values())
 
 
-async def _first_event(trigger: SolveTrigger | DrainTrigger) -> dict[str, Any]:
+async def first_event(trigger: SolveTrigger | DrainTrigger) -> dict[str, Any]:
+    """Run ``trigger`` here (in this event loop) up to its first event."""
     async for event in trigger.run():
         return dict(event.payload)
     raise AirflowException("the solve trigger ended without an event")

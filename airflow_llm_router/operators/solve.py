@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from airflow.sdk import Context
+from airflow.sdk.bases.operator import BaseAsyncOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_llm_router.operators.base import SolvingOperator, event_status
+from airflow_llm_router.operators.base import SolvingOperator, event_status, first_event
 from airflow_llm_router.solver.settings import DrainSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
 
-__all__ = ["SolveTaskOperator"]
+__all__ = ["SolveTaskAsyncOperator", "SolveTaskOperator"]
 
 
 class SolveTaskOperator(SolvingOperator[DrainSettings]):
@@ -56,10 +58,20 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
 
     def execute(self, context: Context) -> Any:
         settings = self.parsed_settings()
+        self._migrate()
+        trigger = self._trigger(context, settings)
+        return self.execute_complete(context, self.run_trigger(trigger, settings))
+
+    def _migrate(self) -> None:
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
                                     table=self.store_table) as store:
             store.migrate()
-        trigger = DrainTrigger(
+
+    def _trigger(self, context: Context, settings: DrainSettings) -> DrainTrigger:
+        """The drain, as a trigger; it takes back the live claims of this task's earlier
+        tries (a try that crashed could not hand them back)."""
+        ti = context["ti"]
+        return DrainTrigger(
             store={"postgres_conn_id": self.postgres_conn_id, "schema": self.store_schema,
                    "table": self.store_table},
             worker_id=_worker_id(context),
@@ -68,8 +80,8 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
             backend_conn_id=self.backend_conn_id,
             deadline=self.deadline(settings),
             state={"started": time.time()},
+            earlier_workers=[_worker_id(context, n) for n in range(1, int(ti.try_number))],
         )
-        return self.execute_complete(context, self.run_trigger(trigger, settings))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Resume after the trigger: the event carries the drain's totals."""
@@ -80,6 +92,33 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
         return summary
 
 
-def _worker_id(context: Context) -> str:
+class SolveTaskAsyncOperator(SolveTaskOperator, BaseAsyncOperator):
+    """The same drain as :class:`SolveTaskOperator`, as an async task: it runs in the
+    worker's event loop (``aexecute``), holding the worker slot, not in the triggerer.
+
+    Pick it when the triggerer should stay a waiting room (Airflow's advice: async tasks
+    for many HTTP calls in one task instance): a triggerer restart or failover cannot
+    re-run the drain, so it never re-sends calls; a worker that dies ends the try, and the
+    next try (``retries``) takes back the dead try's live claims at once. Pick the
+    deferrable operator to keep worker slots free while the drain waits on the quotas.
+    ``deferrable`` is ignored.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.pop("deferrable", None)
+        super().__init__(deferrable=False, **kwargs)
+
+    def execute(self, context: Context) -> Any:
+        return BaseAsyncOperator.execute(self, context)
+
+    async def aexecute(self, context: Context) -> Any:
+        settings = self.parsed_settings()
+        await asyncio.to_thread(self._migrate)
+        event = await first_event(self._trigger(context, settings))
+        return self.execute_complete(context, event)
+
+
+def _worker_id(context: Context, try_number: int | None = None) -> str:
     ti = context["ti"]
-    return f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}.try{ti.try_number}"
+    n = ti.try_number if try_number is None else try_number
+    return f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}.try{n}"

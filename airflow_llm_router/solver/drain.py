@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,7 @@ class _Draining:
     worker_id: str
     deadline: float
     state: DrainState
+    earlier_workers: tuple[str, ...] = ()
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     claims: dict[int, str] = field(default_factory=dict)
     results: list[SolveResult] = field(default_factory=list)
@@ -132,12 +134,15 @@ class _Draining:
 
     async def adopt(self, solver: Solver) -> list[asyncio.Task[SolveResult]]:
         """Take back this worker's own live claims (left by an earlier run of the same
-        trigger that a triggerer restarted) and solve them first, so nothing waits for
+        trigger that a triggerer restarted), and those of ``earlier_workers`` (earlier tries
+        of the same task, ended by a crash), and solve them first, so nothing waits for
         their claims to expire. Their calls are admitted afresh: the dead run may have sent
         them, and its leases count until they expire."""
         def take() -> list[Any]:
-            adopted = self.store.adopt(worker_id=self.worker_id,
-                                       claim_ttl_s=self.settings.claim_ttl_s)
+            adopted = []
+            for worker in (self.worker_id, *self.earlier_workers):
+                adopted += self.store.adopt(worker_id=worker,
+                                            claim_ttl_s=self.settings.claim_ttl_s)
             self.claims.update({t.id: t.claim_token for t in adopted})
             return adopted
 
@@ -145,7 +150,7 @@ class _Draining:
         if adopted:
             self.state.adopted += len(adopted)
             solver.progress.total += len(adopted)
-            log.warning("took back %d claim(s) of %s left by an earlier run of this trigger",
+            log.warning("took back %d claim(s) of %s left by an earlier run of this task",
                         len(adopted), self.worker_id)
         return [asyncio.create_task(solver.solve(item)) for item in chunk_items(adopted)]
 
@@ -257,12 +262,16 @@ def _collect(done: set[asyncio.Task[SolveResult]],
 
 
 async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
-                      worker_id: str, state: DrainState) -> DrainState:
+                      worker_id: str, state: DrainState,
+                      earlier_workers: Sequence[str] = ()) -> DrainState:
     """Claim, solve and write until the backlog is empty (and stays empty for
     ``settings.linger_s``) or the solver's deadline passes.
 
-    :param worker_id: recorded on each claim."""
-    d = _Draining(store, settings, worker_id, solver.deadline, state)
+    :param worker_id: recorded on each claim; the live claims it already holds (an
+        earlier run of the same trigger) are taken back first.
+    :param earlier_workers: worker ids of earlier tries of the same task, whose live claims
+        are taken back too (a try that crashed could not hand them back)."""
+    d = _Draining(store, settings, worker_id, solver.deadline, state, tuple(earlier_workers))
     active: set[asyncio.Task[SolveResult]] = set()
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()

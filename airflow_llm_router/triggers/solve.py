@@ -114,13 +114,16 @@ class DrainTrigger(_SolvingTrigger):
     :param backend_conn_id: the ``models_backend`` connection.
     :param deadline: epoch seconds; no task is claimed after it.
     :param state: the caller's bookkeeping, returned unchanged in the event.
+    :param earlier_workers: worker ids of the task's earlier tries, whose live claims the
+        drain takes back first.
     """
 
     settings_class = DrainSettings
 
     def __init__(self, *, store: dict[str, str], worker_id: str, settings: dict[str, Any],
                  router_conn_id: str, backend_conn_id: str, deadline: float,
-                 state: dict[str, Any] | None = None) -> None:
+                 state: dict[str, Any] | None = None,
+                 earlier_workers: list[str] | None = None) -> None:
         super().__init__(settings=settings, router_conn_id=router_conn_id,
                          backend_conn_id=backend_conn_id, deadline=deadline, state=state)
         missing = {"postgres_conn_id", "schema", "table"} - set(store)
@@ -129,6 +132,7 @@ class DrainTrigger(_SolvingTrigger):
                              "schema and table")
         self.store = store
         self.worker_id = worker_id
+        self.earlier_workers = list(earlier_workers or [])
 
     def _settings(self) -> DrainSettings:
         return DrainSettings.model_validate(self.settings)
@@ -141,7 +145,7 @@ class DrainTrigger(_SolvingTrigger):
         try:
             async with self._solver() as solver:
                 state = await drain_store(store, solver, self._settings(), self.worker_id,
-                                          state)
+                                          state, self.earlier_workers)
         finally:
             await asyncio.to_thread(store.close)
         return {"summary": state.summary()}

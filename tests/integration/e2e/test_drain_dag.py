@@ -13,10 +13,10 @@ from airflow_llm_router.store import TaskStore
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
 
 
-def _run_drain(schema: str) -> str:
+def _run_drain(schema: str, dag_id: str = "llm_router_e2e") -> str:
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag().get_dag("llm_router_e2e")
+    dag = DagBag().get_dag(dag_id)
     assert dag is not None
     run = dag.test(run_conf={"store_schema": schema})
     return str(run.state)
@@ -51,6 +51,23 @@ def test_drain_solves_backlog_within_quotas(
     for m in profile.models:
         expected = m.rpm / total_rpm
         assert abs(served[m.name] / 400 - expected) <= 0.1 * expected + 0.02, served
+
+
+@pytest.mark.slow
+def test_the_drain_as_async_tasks_solves_the_backlog_within_quotas(
+    airflow_db: None, monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str,
+    pg_schema: str, store: TaskStore, router: RouterClient,
+) -> None:
+    """SolveTaskAsyncOperator: the same drain in the worker's event loop (no triggerer)."""
+    profile = small_profile(time_scale=60)
+    store.enqueue(_prompts(200))
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
+        set_quotas_from(router, profile)
+        assert _run_drain(pg_schema, "llm_router_async") == "success"
+        stats = httpx.get(sim.url + "/stats").json()
+    assert store.counts() == {"pending": 0, "claimed": 0, "solved": 200, "dead": 0}
+    assert stats["totals"]["completed"] == 200
+    assert stats["totals"]["rejected_429"] == 0 and stats["totals"]["violations"] == 0
 
 
 @pytest.mark.slow

@@ -8,8 +8,9 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger
 
 
-def context(map_index: int = -1) -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=map_index, try_number=1)
+def context(map_index: int = -1, try_number: int = 1) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=map_index,
+                         try_number=try_number)
     return {"ti": ti}
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_llm_router.operators.solve import SolveTaskOperator
+from airflow_llm_router.operators.solve import SolveTaskAsyncOperator, SolveTaskOperator
 from airflow_llm_router.solver.settings import DrainSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
@@ -25,6 +25,38 @@ def test_drain_inline_writes_every_answer(backend: Any, pg_dsn: str, pg_schema: 
         summary = op.execute(context(map_index=0))
         assert summary["solved"] == 50 and summary["chunks"] >= 3  # claims of <= 20
         assert store.counts()["solved"] == 50
+
+
+def test_the_async_operator_drains_in_the_workers_event_loop(
+    backend: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"prompt {i}" for i in range(50)])
+        op = SolveTaskAsyncOperator(task_id="t", store_schema=pg_schema, deferrable=True,
+                                    settings=DrainSettings(claim_batch=20))
+        assert op.is_async and not op.deferrable
+        summary = op.execute(context(map_index=0))  # never defers: runs aexecute here
+        assert summary["solved"] == 50 and store.counts()["solved"] == 50
+
+
+def test_a_retry_takes_back_the_crashed_trys_claims_at_once(
+    backend: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    """Try 1 died holding claims (a worker killed: nothing handed back). Try 2 takes them
+    back at once, keeping their attempts, instead of waiting for them to expire."""
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"prompt {i}" for i in range(30)])
+        dead = store.claim(12, worker_id="d.t.r.0.try1", claim_ttl_s=3600)
+        op = SolveTaskAsyncOperator(task_id="t", store_schema=pg_schema,
+                                    settings={"linger_s": 0})
+        summary = op.execute(context(map_index=0, try_number=2))
+        assert summary["adopted"] == len(dead) == 12
+        assert summary["solved"] == 30 and store.counts()["solved"] == 30
+        for task in dead:
+            row = store.get(task.id)
+            assert row is not None and row.status == "solved" and row.attempts == 1
 
 
 def test_drain_defers_once_and_the_trigger_drains(
