@@ -103,3 +103,27 @@ def test_the_readme_engine_example_runs(namespace: str, monkeypatch: pytest.Monk
     router = scope["router"]
     assert isinstance(router, RouterHook)
     assert router.stats().models["gpt-small"].counters["completed"] == 1
+
+
+def test_a_redis_providers_connection_serves_the_router_and_the_redis_hook(
+        namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ``redis`` connection (the redis provider's type, which users already have), with
+    a database and the router's namespace in its extra, serves both the provider's
+    ``RedisHook`` and ``RouterHook``, and they see the same database."""
+    from airflow.providers.redis.hooks.redis import RedisHook
+
+    conn = {"conn_type": "redis", "host": "127.0.0.1", "port": 6379,
+            "extra": {"db": 3, "namespace": namespace}}
+    monkeypatch.setenv("AIRFLOW_CONN_SHARED_REDIS", json.dumps(conn))
+    router = RouterHook("shared_redis")
+    router.set_quota("a", {"rpm": 5, "tpm": 500, "max_concurrency": 1})
+    assert isinstance(router.admit(10), Admission)
+    plain = RedisHook(redis_conn_id="shared_redis").get_conn()
+    try:
+        assert plain.connection_pool.connection_kwargs["db"] == 3
+        assert any(namespace in key.decode() for key in plain.scan_iter(count=1000))
+    finally:
+        stale = list(plain.scan_iter(match=f"*{namespace}*", count=1000))
+        if stale:
+            plain.delete(*stale)
+        plain.close()
