@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         stack = AirflowStack(
             home=home, dags_folder=ROOT / "example_dags",
             sql_alchemy_conn=pg.sqlalchemy_url(meta_db), parallelism=24,
+            # cold trials need each run to end with its backlog (the DAG's default lingers)
+            extra_env={"LLM_ROUTER_DRAIN_LINGER_S": "0"},
             connections={
                 "llm_router_default": {"conn_type": "llm_router", "host": "127.0.0.1",
                                        "port": 6379, "extra": {"namespace": namespace}},

@@ -14,12 +14,16 @@ Started by arrivals: the DAG is scheduled on the ``llm_router_backlog`` asset, w
 (``BacklogArrivalTrigger``, in the triggerer) fires when an enqueue notifies the task store's
 channel, so a drain starts within seconds of work arriving on an idle system. One run at a
 time; enqueues during a run are drained by it, and their event starts one more run that
-finds what is left. With ``linger_s`` the solvers stay, waiting in the triggerer, that long
-after the backlog empties, and take tasks that arrive meanwhile within milliseconds. It can
-also be triggered by hand; ``{"fan_out": 8}`` forces the fan-out.
+finds what is left. The solvers stay ``linger_s`` (default 300 s, or the environment's
+``LLM_ROUTER_DRAIN_LINGER_S``), waiting in the triggerer after the backlog empties, and take
+tasks that arrive meanwhile within milliseconds: the drain stays warm between bursts of
+work; 0 ends them at once. It can also be triggered by hand; ``{"fan_out": 8}`` forces the
+fan-out.
 """
 
 from __future__ import annotations
+
+import os
 
 from airflow.sdk import DAG, Asset, AssetWatcher, Param
 
@@ -31,6 +35,8 @@ ROUTER_CONN_ID = "llm_router_default"
 BACKEND_CONN_ID = "models_backend_default"
 POSTGRES_CONN_ID = "postgres_default"
 STORE_SCHEMA = "llm_router"
+#: Seconds the solvers wait for new work once the backlog is empty (warm between bursts).
+LINGER_S = float(os.environ.get("LLM_ROUTER_DRAIN_LINGER_S", "300"))
 
 BACKLOG = Asset(
     "llm_router_backlog",
@@ -58,7 +64,7 @@ with DAG(
                                description="model calls in flight per solver"),
         "time_budget_s": Param(1500, type="number", exclusiveMinimum=0,
                                description="a solver claims no new task after this"),
-        "linger_s": Param(0, type="number", minimum=0,
+        "linger_s": Param(LINGER_S, type="number", minimum=0,
                           description="once the backlog is empty, solvers wait this long "
                                       "for new tasks before ending (0: end at once)"),
         "store_schema": Param(STORE_SCHEMA, type="string"),

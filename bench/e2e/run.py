@@ -58,7 +58,7 @@ def _conf(design: str, schema: str, profile: SimulatorProfile) -> dict[str, Any]
     if design == "as-is":  # its 30-minute worker kill, at the run's time scale
         return {"store_schema": schema, "worker_timeout_s": 1800.0 / profile.time_scale,
                 "models": [m.name for m in profile.models]}
-    return {"store_schema": schema}
+    return {"store_schema": schema, "linger_s": 0}  # the run ends when the backlog does
 
 
 def busiest_model(profile: SimulatorProfile, workload: Workload) -> str:

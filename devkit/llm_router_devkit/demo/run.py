@@ -165,7 +165,7 @@ def _last_answer_epoch(dsn: str, schema: str) -> float | None:
 def _conf(opts: DemoOptions) -> dict[str, Any]:
     return {"fan_out": opts.fan_out, "claim_batch": opts.claim_batch,
             "max_in_flight": opts.max_in_flight, "time_budget_s": opts.time_budget_s,
-            "store_schema": opts.schema}
+            "store_schema": opts.schema, "linger_s": 0}
 
 
 def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:

@@ -22,7 +22,8 @@ def _run(schema: str) -> tuple[str, int]:
 
     dag = DagBag().get_dag("llm_router_drain")
     assert dag is not None
-    run = dag.test(run_conf={"store_schema": schema, "max_in_flight": 1, "max_solvers": 16})
+    run = dag.test(run_conf={"store_schema": schema, "max_in_flight": 1, "max_solvers": 16,
+                              "linger_s": 0})
     solvers = [ti for ti in run.get_task_instances() if ti.task_id == "solve"]
     return str(run.state), len(solvers)
 

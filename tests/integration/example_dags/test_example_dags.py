@@ -38,6 +38,7 @@ def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
     assert dag.get_task("advise").deferrable  # waits in the triggerer
     assert {"fan_out", "claim_batch", "max_in_flight", "time_budget_s"} <= set(dag.params)
     assert dag.params["fan_out"] == 0  # 0: as many solvers as the router advises
+    assert dag.params["linger_s"] == 300  # warm between bursts of work by default
     solve = dag.get_task("solve")
     assert isinstance(solve, MappedOperator)
     assert solve.operator_class is SolveTaskOperator
