@@ -120,6 +120,7 @@ class RouterCore:
             )),
             f"{s.recovery_share:.6f}",
             f"{s.guard_share:.6f}",
+            f"{s.hot_share:.6f}",
         ])
 
     # -- quotas -----------------------------------------------------------------------

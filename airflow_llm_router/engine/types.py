@@ -44,6 +44,11 @@ class RouterSettings(BaseModel):
         Redis, so 0 (the default: a pause of one window) keeps every window within its
         target; a share s lets a window that straddles the loss reach up to (1 + s) times
         the target.
+    :param hot_share: while hot requests wait, they hold back from bulk requests at most
+        this share of each model's limits (calls: of the smaller of rpm and concurrency,
+        rounded up; at least one hot request's need), so bulk keeps the rest: hot work is
+        admitted first within its share and bulk is never starved by a stream of hot work.
+        1 lets hot waiters hold back all they need.
     :param breaker_failures: consecutive errors that open a model's circuit breaker.
     :param breaker_open_ms: how long an open breaker refuses calls before a probe.
     :param jitter: waits are stretched by up to this fraction, so waiters don't stampede.
@@ -63,6 +68,7 @@ class RouterSettings(BaseModel):
     breaker_open_ms: int = Field(30_000, gt=0)
     jitter: float = Field(0.1, ge=0, le=1)
     recovery_share: float = Field(0.0, ge=0, le=1)
+    hot_share: float = Field(0.8, gt=0, le=1)
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,27 @@ def test_hot_request_is_admitted_ahead_of_waiting_bulk(router: RouterClient) -> 
     assert isinstance(router.admit_many([hot])[0], Admission)
 
 
+@pytest.mark.parametrize(("hot_share", "bulk_admitted"), [(0.8, 2), (1.0, 0)])
+def test_waiting_hot_requests_hold_back_at_most_their_share_from_bulk(
+        make_router: Callable[..., RouterClient], hot_share: float, bulk_admitted: int) -> None:
+    """Ten hot requests wait on a model of 10 slots. When the slots free, they hold back
+    ceil(hot_share * 10) of them from bulk requests: with 0.8, bulk still gets 2 (a bounded
+    bypass: a stream of hot work never starves bulk); with 1.0, none."""
+    router = make_router(hot_share=hot_share)
+    router.set_quota("a", {"rpm": 1000, "tpm": 10**6, "max_concurrency": 10})
+    holders = [router.admit(1) for _ in range(10)]
+    assert all(isinstance(h, Admission) for h in holders)
+    hot = [AdmitRequest(1, priority="hot", request_id=f"hot-{k}") for k in range(10)]
+    assert all(isinstance(d, Wait) for d in router.admit_many(hot))
+    for h in holders:
+        router.complete(h.lease_id, 1, 0)  # type: ignore[union-attr]
+    bulk = router.admit_many([AdmitRequest(1, request_id=f"bulk-{k}") for k in range(5)])
+    assert sum(isinstance(d, Admission) for d in bulk) == bulk_admitted
+    # the hot ones take the rest, at once
+    again = router.admit_many(hot)
+    assert sum(isinstance(d, Admission) for d in again) == 10 - bulk_admitted
+
+
 def test_large_waiting_request_is_not_starved(make_router: Callable[..., RouterClient]) -> None:
     router = make_router(starve_ms=200)
     router.set_quota("a", {"rpm": 1000, "tpm": 1000, "max_concurrency": 100, "window_s": 1})

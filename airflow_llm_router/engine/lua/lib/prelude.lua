@@ -3,10 +3,10 @@
 -- touch, so a call's cost never grows with a model's limit.
 -- ARGV[1] (every script):
 --   "lease_ttl|guard|max_wait|starve|waiter_ttl|cooldown|breaker_fails|breaker_open|
---    recovery_share|guard_share"
+--    recovery_share|guard_share|hot_share"
 local BOUND = 256
 local LEASE_TTL, GUARD, MAX_WAIT, STARVE, WAITER_TTL, COOLDOWN, BREAKER_FAILS, BREAKER_OPEN
-local RECOVERY_SHARE, GUARD_SHARE
+local RECOVERY_SHARE, GUARD_SHARE, HOT_SHARE
 do
   local v = {}
   for x in string.gmatch(ARGV[1], '[^|]+') do v[#v + 1] = tonumber(x) end
@@ -14,6 +14,7 @@ do
   WAITER_TTL, COOLDOWN, BREAKER_FAILS, BREAKER_OPEN = v[5], v[6], v[7], v[8]
   RECOVERY_SHARE = v[9] or 0
   GUARD_SHARE = v[10] or 0
+  HOT_SHARE = v[11] or 1
 end
 local NOW
 do

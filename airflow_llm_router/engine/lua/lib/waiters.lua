@@ -46,15 +46,35 @@ local function waiter_rank(rid, hot)
   return NOW + HOT_AHEAD, false
 end
 
--- Capacity on model m held back for waiters ranked ahead of `rank`.
+-- Capacity on model m held back for waiters ranked ahead of `rank`. What hot waiters hold
+-- back from a bulk request is bounded by HOT_SHARE of the model's limits (calls: of the
+-- smaller of rpm and max_concurrency, rounded up; the first hot waiter always counts), so
+-- bulk work keeps the rest however many hot requests wait: a bounded bypass. Waiters that
+-- have starved (STARVE ms) hold back what they need, unbounded.
 local function held_back(m, rank, rid, hot)
   local res = {n = 0, s = 0, i = 0, o = 0}
+  local st = STATE[m]
+  local q = st.q
+  local cap_n = math.ceil(HOT_SHARE * math.min(q.rpm, q.conc))
+  local hn, hs = 0, 0
   for _, w in ipairs(waiters_load()) do
     if w.rank >= rank then break end
-    if not w.done and w.rid ~= rid and (not w.allow or w.allow[m])
-        and ((w.h and not hot) or NOW - w.f >= STARVE) then
-      local need = need_for(STATE[m], w)
-      res.n, res.s, res.i, res.o = res.n + 1, res.s + need.s, res.i + need.i, res.o + need.o
+    if not w.done and w.rid ~= rid and (not w.allow or w.allow[m]) then
+      local starved = NOW - w.f >= STARVE
+      local need = nil
+      if starved then
+        need = need_for(st, w)
+      elseif w.h and not hot then
+        need = need_for(st, w)
+        if hn > 0 and (hn + 1 > cap_n or hs + need.s > HOT_SHARE * q.tpm) then
+          need = nil
+        else
+          hn, hs = hn + 1, hs + need.s
+        end
+      end
+      if need then
+        res.n, res.s, res.i, res.o = res.n + 1, res.s + need.s, res.i + need.i, res.o + need.o
+      end
     end
   end
   return res
