@@ -38,6 +38,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="wall-clock minutes after which an as-is run is cut short")
     p.add_argument("--router-deadline-min", type=float, default=10.0)
     p.add_argument("--parallelism", type=int, default=32, help="Airflow core parallelism")
+    p.add_argument("--warm", action="store_true",
+                   help="router runs start with learned estimates (one call per model first)")
     p.add_argument("--redis-url", default=os.environ.get("LLMR_TEST_REDIS_URL",
                                                          "redis://127.0.0.1:6379/0"))
     p.add_argument("--postgres-dsn", default=os.environ.get(
@@ -62,7 +64,7 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
                       deadline_s={"as-is": args.as_is_deadline_min * 60,
                                   "router": args.router_deadline_min * 60},
                       redis_url=args.redis_url, postgres_dsn=args.postgres_dsn,
-                      parallelism=args.parallelism)
+                      parallelism=args.parallelism, warm=args.warm)
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(_command() + "\n")
     for name in args.workloads:

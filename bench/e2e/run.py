@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from airflow_llm_router.engine import Admission
 from bench.e2e import collect
 from bench.e2e.services import Services, start_services
 from bench.e2e.workloads import Workload
@@ -48,6 +49,9 @@ class RunOptions:
     postgres_dsn: str
     parallelism: int = 32
     keep_home: Path | None = None
+    #: before a router run, one real call per model through the router (then a window's
+    #: wait): the namespace starts with learned estimates, as a deployment's does
+    warm: bool = False
 
 
 def say(message: str) -> None:
@@ -188,6 +192,34 @@ def _provenance() -> dict[str, Any]:
                                "example_dags").splitlines()}
 
 
+def warm_up(svc: Services, workload: Workload) -> None:
+    """One real call per model through the router (admit, ``/single``, complete with the
+    answer's usage), so the engine starts with learned outputs and latencies, as in a
+    deployment whose models have answered before; then a window passes, so the warm-up
+    calls have left every window when the run starts (the backend's counters are reset
+    after it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompt = workload.initial[0].prompt
+
+    def one(model: str) -> None:
+        lease = svc.router.admit(input_tokens=max(1, len(prompt) // 4), models=[model])
+        if not isinstance(lease, Admission):
+            raise RuntimeError(f"warm-up: {model} did not admit: {lease}")
+        reply = httpx.post(f"{svc.sim.url}/single", json={"model": model, "prompt": prompt},
+                           timeout=120)
+        usage = (reply.json().get("usage") or {}) if reply.status_code == 200 else {}
+        svc.router.complete(lease.lease_id, usage.get("input_tokens"),
+                            usage.get("output_tokens"))
+
+    models = [m.name for m in svc.profile.models]
+    started = time.monotonic()
+    with ThreadPoolExecutor(len(models)) as pool:
+        list(pool.map(one, models))
+    time.sleep(svc.profile.scaled_window_s + 1.0)
+    say(f"warmed up: one call per model ({time.monotonic() - started:.1f} s with a window)")
+
+
 def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]:
     """Run ``workload`` through ``design`` on a fresh stack; the raw record of the run."""
     profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed)
@@ -199,6 +231,8 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
                              parallelism=opts.parallelism, keep_home=opts.keep_home)
         say(f"stack up in {time.time() - started:.1f} s (simulator {svc.sim.url}, "
             f"window {profile.scaled_window_s:g} s)")
+        if opts.warm and design == "router":
+            warm_up(svc, workload)
         seed_store(svc.store, workload.initial)
         svc.stack.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
         with httpx.Client(base_url=svc.sim.url, timeout=10) as http:
@@ -220,6 +254,7 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         "dag_id": dag_id, "time_scale": opts.time_scale, "seed": opts.seed,
         "window_s": profile.scaled_window_s, "tasks": workload.size,
         "outcome": outcome, "deadline_s": opts.deadline_s[design],
+        "warm": opts.warm and design == "router",
         "started_epoch": started, "reset_epoch": watch.reset_epoch, "ended_s": ended,
         "events": watch.events, "provenance": _provenance(),
         "backend": backend, "rows": rows, "airflow": airflow,
