@@ -236,7 +236,9 @@ class LocalSentinel:
 
     def failover(self) -> int:
         """Promote the replica (``SENTINEL FAILOVER``); returns the new master's port once
-        the sentinel names it and it accepts writes."""
+        the failover is complete: the sentinel names it, it accepts writes, and the old
+        master follows it as a replica (until then the old master still takes writes from
+        clients connected to it, which its demotion discards)."""
         assert self.sentinel is not None and self.replica is not None
         old = self.master_port()
         with redis.Redis(port=self.sentinel.port) as sentinel:
@@ -246,6 +248,9 @@ class LocalSentinel:
         with redis.Redis(port=new) as promoted:
             _wait(lambda: promoted.info("replication").get("role") == "master",
                   "the promoted replica's taking writes")
+        with redis.Redis(port=old) as demoted:
+            _wait(lambda: demoted.info("replication").get("role") == "slave",
+                  "the old master's demotion")
         return new
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from airflow_llm_router.engine import (
 )
 from airflow_llm_router.engine.connect import target_from_url
 from airflow_llm_router.engine.keys import RouterKeys
+from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.hooks.router import RouterHook
 from llm_router_devkit.redis_tools import LocalCluster, LocalSentinel
@@ -134,23 +135,29 @@ def test_from_url_and_the_hook_on_sentinel_follow_a_failover(
         # the replica holds the quota once replication caught up; then it is promoted
         with redis.Redis(port=old) as master:
             assert master.wait(1, 5000) == 1
-        new = sentinel.failover()
+        new = sentinel.failover()  # complete: the old master now follows the new one
         assert new != old
-        deadline = time.monotonic() + 20
-        while True:  # the client asks the sentinel again after the old master's refusal
-            try:
-                stats = router.stats()
-                break
-            except redis.RedisError:
-                assert time.monotonic() < deadline, "the client did not follow the failover"
-                time.sleep(0.1)
+        # each client asks the sentinel again after the old master's refusal (READONLY)
+        stats = _following(router)
         # the quota and the counters came across; both clients admit on the new master
         assert stats.models["m"].quota is not None
         assert stats.models["m"].counters["admitted"] == 6
         assert isinstance(router.wait_for_admission(AdmitRequest(1), 5), Admission)
-        assert hook.stats().models["m"].counters["admitted"] == 7
+        assert _following(hook.client).models["m"].counters["admitted"] == 7
     finally:
         router.close()
+
+
+def _following(router: RouterClient) -> RouterStats:
+    """The stats, once the client has followed the failover: a client still connected to
+    the demoted master gets one refusal, then asks the sentinel for the new master."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return router.stats()
+        except redis.RedisError:
+            assert time.monotonic() < deadline, "the client did not follow the failover"
+            time.sleep(0.1)
 
 
 @pytest.mark.parametrize(("url", "message"), [
