@@ -75,3 +75,11 @@ class ConnectionConfigError(RouterError, ValueError):
         super().__init__(f"connection {conn_id!r}: {field}: {message}")
         self.conn_id = conn_id
         self.field = field
+
+
+class ReplicationLagError(RouterError, ConnectionError):
+    """With ``RouterSettings.replicas_to_wait``, a write (an admission, a quota change) that
+    fewer replicas than asked acknowledged in time: the master may be cut off from them (a
+    failover in progress), and a failover would lose it. Its admissions are not handed out;
+    retry, as for a lost connection (the clients ask Sentinel again on the next refusal).
+    """

@@ -30,6 +30,8 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
     ) -> None:
         self.redis = client
         self.core = RouterCore(settings or RouterSettings())
+        if isinstance(client, aioredis.RedisCluster):
+            self.core.check_cluster()
         self.quota_source = quota_source
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
         self._releases = ReleaseListener(client, self.core.keys.released_channel)
@@ -62,9 +64,17 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
         return await self._script(action)
 
     async def _script(self, action: Script) -> Any:
-        return await self._scripts[action.op](
-            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.argv()]
-        )
+        keys, args = [self.core.keys.prefix], [self.core.settings_arg, *action.argv()]
+        wait = self.core.wait_args(action.op)
+        if wait is None:
+            return await self._scripts[action.op](keys=keys, args=args)
+        # the WAIT must follow the script on the same connection: one pipeline
+        pipe = self.redis.pipeline(transaction=False)
+        await self._scripts[action.op](keys=keys, args=args, client=pipe)
+        pipe.execute_command(*wait)
+        reply, acked = await pipe.execute()
+        self.core.replicated(action.op, acked)
+        return reply
 
     @property
     def releases(self) -> ReleaseListener:

@@ -26,6 +26,7 @@ from airflow_llm_router.engine.types import (
     RouterSettings,
     Wait,
 )
+from airflow_llm_router.exceptions import ReplicationLagError
 from airflow_llm_router.names import kind_problem
 
 __all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step", "encode_request"]
@@ -56,6 +57,11 @@ class Script:
         if self.items is None:
             return self.args
         return (json.dumps(self.items, separators=(",", ":")),)
+
+
+#: Operations whose writes a failover must not lose: with ``replicas_to_wait``, the client
+#: sends each with a ``WAIT`` on the same connection (:meth:`RouterCore.replicated`).
+DURABLE_OPS = frozenset({"admit", "set_quota", "delete_quota"})
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,31 @@ class RouterCore:
             f"{s.guard_share:.6f}",
             f"{s.hot_share:.6f}",
         ])
+
+    def wait_args(self, op: str) -> tuple[Any, ...] | None:
+        """The ``WAIT`` to send after ``op`` on the same connection, or None."""
+        n = self.settings.replicas_to_wait
+        if n <= 0 or op not in DURABLE_OPS:
+            return None
+        return ("WAIT", n, self.settings.replica_wait_ms)
+
+    def check_cluster(self) -> None:
+        """On a Redis Cluster: refuse ``replicas_to_wait`` (a cluster's ``WAIT`` cannot be
+        routed to the namespace's node through its pipeline)."""
+        if self.settings.replicas_to_wait:
+            raise ValueError(
+                f"replicas_to_wait: {self.settings.replicas_to_wait}: waiting for replicas "
+                "works on one node or a Sentinel-watched master, not a Redis Cluster; "
+                "set it to 0")
+
+    def replicated(self, op: str, acked: Any) -> None:
+        """Raise unless ``acked`` (``WAIT``'s reply) reached ``replicas_to_wait``."""
+        n = self.settings.replicas_to_wait
+        if int(acked) < n:
+            raise ReplicationLagError(
+                f"{op}: {int(acked)} of {n} replica(s) acknowledged it within "
+                f"{self.settings.replica_wait_ms} ms; the master may be cut off from its "
+                "replicas (a failover in progress?), so it is not handed out: retry")
 
     # -- quotas -----------------------------------------------------------------------
 

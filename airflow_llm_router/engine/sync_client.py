@@ -26,6 +26,8 @@ class RouterClient(RouterAPI, SyncDriver):
                  quota_source: QuotaSource | None = None) -> None:
         self.redis = client
         self.core = RouterCore(settings or RouterSettings())
+        if isinstance(client, redis.RedisCluster):
+            self.core.check_cluster()
         self.quota_source = quota_source
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
 
@@ -50,9 +52,17 @@ class RouterClient(RouterAPI, SyncDriver):
             return self.redis.execute_command(*action.args)
         if isinstance(action, LoadQuotas):
             return self._load_quotas()
-        return self._scripts[action.op](
-            keys=[self.core.keys.prefix], args=[self.core.settings_arg, *action.argv()]
-        )
+        keys, args = [self.core.keys.prefix], [self.core.settings_arg, *action.argv()]
+        wait = self.core.wait_args(action.op)
+        if wait is None:
+            return self._scripts[action.op](keys=keys, args=args)
+        # the WAIT must follow the script on the same connection: one pipeline
+        pipe = self.redis.pipeline(transaction=False)
+        self._scripts[action.op](keys=keys, args=args, client=pipe)
+        pipe.execute_command(*wait)
+        reply, acked = pipe.execute()
+        self.core.replicated(action.op, acked)
+        return reply
 
     def wait_for_admission(self, request: AdmitRequest, timeout_s: float) -> Admission | None:
         """Block until ``request`` is admitted (None after ``timeout_s``), waking on releases.

@@ -49,6 +49,12 @@ class RouterSettings(BaseModel):
         rounded up; at least one hot request's need), so bulk keeps the rest: hot work is
         admitted first within its share and bulk is never starved by a stream of hot work.
         1 lets hot waiters hold back all they need.
+    :param replicas_to_wait: after an admission or a quota change, wait (Redis ``WAIT``)
+        until this many replicas hold it before handing it to the caller, so a failover
+        loses no admission a caller acted on; fewer in ``replica_wait_ms`` raises
+        :class:`~airflow_llm_router.exceptions.ReplicationLagError`. 0 (the default): no
+        wait. For one node with replicas or a Sentinel-watched master, not a cluster.
+    :param replica_wait_ms: how long such a wait may take.
     :param breaker_failures: consecutive errors that open a model's circuit breaker.
     :param breaker_open_ms: how long an open breaker refuses calls before a probe.
     :param jitter: waits are stretched by up to this fraction, so waiters don't stampede.
@@ -69,6 +75,8 @@ class RouterSettings(BaseModel):
     jitter: float = Field(0.1, ge=0, le=1)
     recovery_share: float = Field(0.0, ge=0, le=1)
     hot_share: float = Field(0.8, gt=0, le=1)
+    replicas_to_wait: int = Field(0, ge=0, le=16)
+    replica_wait_ms: int = Field(100, gt=0, le=60_000)
 
 
 @dataclass(frozen=True)

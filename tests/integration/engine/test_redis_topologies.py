@@ -108,6 +108,12 @@ async def test_async_client_on_a_cluster_is_woken_by_a_release(cluster: LocalClu
         await router.aclose()
 
 
+def test_waiting_for_replicas_is_refused_on_a_cluster(cluster: LocalCluster) -> None:
+    settings = RouterSettings(namespace=f"topo-{uuid.uuid4().hex[:8]}", replicas_to_wait=1)
+    with pytest.raises(ValueError, match=r"replicas_to_wait: 1: .* not a Redis Cluster"):
+        RouterClient.from_url(cluster.url, settings)
+
+
 def test_the_hook_reaches_a_cluster(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch,
                                     ) -> None:
     namespace = _settings().namespace
