@@ -342,6 +342,25 @@ class AirflowStack:
             log.close()
         self.down.discard(name)
 
+    def add_triggerer(self, name: str = "triggerer-2") -> int:
+        """Start one more ``airflow triggerer`` beside the stack's own, on the same metadata
+        database (Airflow's triggerers share the triggers: each takes unassigned ones as it
+        polls). Its output goes to ``<name>.log``; it is stopped with the stack, and
+        :meth:`component_pid` and :meth:`kill` know it by ``name``. Returns its pid."""
+        if self.pgid is None:
+            raise RuntimeError("the stack is not started")
+        if name in COMPONENTS or name in self.relaunched:
+            raise ValueError(f"{name!r} is already a component of the stack")
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+        try:
+            self.relaunched[name] = subprocess.Popen(
+                [str(self.bin_dir / "airflow"), *COMPONENTS["triggerer"]], env=self.env(),
+                cwd=self.home, start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        return self.relaunched[name].pid
+
     def groups(self) -> list[int]:
         """The stack's process groups: the one started together, and one per relaunch."""
         for relaunched in self.relaunched.values():
