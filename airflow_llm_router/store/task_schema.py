@@ -55,8 +55,22 @@ def _initial(names: TableNames) -> list[sql.Composed | sql.SQL]:
     return [create, pending, claimed]
 
 
+def _idempotency_keys(names: TableNames) -> list[sql.Composed | sql.SQL]:
+    """A producer's own key per task, so a retried enqueue (an HTTP POST whose answer was
+    lost) finds the task it already made instead of adding it twice. NULL (no key) never
+    conflicts; the partial unique index is what ``INSERT ... ON CONFLICT`` infers."""
+    column = sql.SQL("ALTER TABLE {tasks} ADD COLUMN idempotency_key text NULL").format(
+        tasks=names.tasks)
+    unique = sql.SQL(
+        "CREATE UNIQUE INDEX {name} ON {tasks} (idempotency_key) "
+        "WHERE idempotency_key IS NOT NULL"
+    ).format(name=names.index("idempotency_key_idx"), tasks=names.tasks)
+    return [column, unique]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create tasks table and claim indexes", _initial),
+    Migration(2, "add idempotency_key with a unique partial index", _idempotency_keys),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
