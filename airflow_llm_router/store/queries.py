@@ -31,13 +31,32 @@ ROW_COLUMNS = (
 
 _CLEAR_CLAIM = "claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, updated_at = now()"
 
+# One row per task from parallel arrays; each task's model list travels as JSON (arrays of
+# lists of different lengths do not exist in PostgreSQL). A task whose idempotency key is
+# already in the table is skipped (ON CONFLICT waits for a concurrent inserter of the same
+# key to commit or roll back); _ENQUEUE_KEYS then finds its id in the same transaction.
 _ENQUEUE = """
-INSERT INTO {tasks} (prompt, kind, priority, allowed_models, max_attempts, metadata)
-SELECT u.prompt, %(kind)s, %(priority)s, %(allowed_models)s::text[], %(max_attempts)s,
-       u.metadata::jsonb
-  FROM unnest(%(prompts)s::text[], %(metadata)s::text[]) WITH ORDINALITY AS u(prompt, metadata, ord)
+INSERT INTO {tasks} (prompt, kind, priority, allowed_models, max_attempts, metadata,
+                     idempotency_key)
+SELECT u.prompt, u.kind, u.priority,
+       CASE WHEN u.models IS NULL THEN NULL ELSE ARRAY(
+           SELECT m.name FROM jsonb_array_elements_text(u.models::jsonb)
+                  WITH ORDINALITY AS m(name, n) ORDER BY m.n) END,
+       u.max_attempts, u.metadata::jsonb, u.idempotency_key
+  FROM unnest(%(prompts)s::text[], %(kinds)s::text[], %(priorities)s::text[],
+              %(allowed_models)s::text[], %(max_attempts)s::int[], %(metadata)s::text[],
+              %(keys)s::text[])
+       WITH ORDINALITY AS u(prompt, kind, priority, models, max_attempts, metadata,
+                            idempotency_key, ord)
  ORDER BY u.ord
-RETURNING id
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, idempotency_key
+"""
+
+# A statement of its own, so under READ COMMITTED it sees a concurrent enqueue's committed
+# row that made _ENQUEUE skip a key.
+_ENQUEUE_KEYS = """
+SELECT idempotency_key, id FROM {tasks} WHERE idempotency_key = ANY(%s::text[])
 """
 
 # Expired claims go back to pending, a bounded batch at a time, oldest expiry first; those
@@ -175,6 +194,7 @@ class Queries:
     """All statements of one task store, composed for its schema and table."""
 
     enqueue: sql.Composed
+    enqueue_keys: sql.Composed
     notify: sql.SQL
     reclaim: sql.Composed
     claim: sql.Composed
@@ -202,6 +222,7 @@ class Queries:
 
         return cls(
             enqueue=compose(_ENQUEUE),
+            enqueue_keys=compose(_ENQUEUE_KEYS),
             notify=sql.SQL("SELECT pg_notify(%s, %s)"),
             reclaim=compose(_RECLAIM),
             claim=compose(_CLAIM),

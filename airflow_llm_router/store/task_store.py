@@ -17,6 +17,7 @@ import psycopg
 from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.store import checks, models
 from airflow_llm_router.store.connection import StoreConnection
+from airflow_llm_router.store.ingest import Enqueued, NewTask, match_ids
 from airflow_llm_router.store.models import (
     STATUSES,
     ClaimedTask,
@@ -25,7 +26,7 @@ from airflow_llm_router.store.models import (
     TaskResult,
     TaskRow,
 )
-from airflow_llm_router.store.validation import validate_enqueue
+from airflow_llm_router.store.validation import EnqueueRows, validate_enqueue, validate_tasks
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class TaskStore(StoreConnection):
         kind: str = DEFAULT_KIND,
         max_attempts: int = 5,
         metadata: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        idempotency_keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """Add tasks in one statement and notify :attr:`notify_channel` on commit.
 
@@ -59,23 +61,47 @@ class TaskStore(StoreConnection):
         :param kind: free label of the task type (token estimates learn per kind).
         :param max_attempts: claims allowed before the task is dead-lettered; >= 1.
         :param metadata: one JSON dict for all tasks, or a list with one per prompt.
-        :return: the new ids, in the order of ``prompts``.
+        :param idempotency_keys: None, or one key (or None) per prompt: a prompt whose key
+            is already in the table is not added again and its existing id is returned, so a
+            retried enqueue adds nothing twice (:meth:`enqueue_tasks` also says which).
+        :return: the ids, in the order of ``prompts``.
         :raises TaskValidationError: naming the first invalid argument and, for per-task
             values, its index (``prompts[3]``); nothing is written. See ``store/validation.py``
             for what is refused.
         """
-        rows_in = validate_enqueue(
+        return self._insert(validate_enqueue(
             prompts, priority=priority, allowed_models=allowed_models, kind=kind,
-            max_attempts=max_attempts, metadata=metadata, max_prompt_chars=self.max_prompt_chars)
+            max_attempts=max_attempts, metadata=metadata, idempotency_keys=idempotency_keys,
+            max_prompt_chars=self.max_prompt_chars)).ids
+
+    def enqueue_tasks(self, tasks: Sequence[NewTask]) -> Enqueued:
+        """Add tasks that differ in priority, models, kind or keys: :meth:`enqueue`, per task.
+
+        All or nothing, in one transaction, notified on commit like :meth:`enqueue` (payload:
+        how many were added; nothing if none were).
+
+        :return: the ids in task order, and which tasks' idempotency keys already named a
+            task (that task's id is returned; nothing is written for it). Concurrent calls
+            with the same key get the same id: the second waits for the first to commit.
+        :raises TaskValidationError: naming ``tasks[i].<field>``; nothing is written.
+        """
+        return self._insert(validate_tasks(tasks, self.max_prompt_chars))
+
+    def _insert(self, rows_in: EnqueueRows) -> Enqueued:
         if not rows_in.prompts:
-            return []
+            return Enqueued([], [])
+        keys = rows_in.idempotency_keys
         with self._transaction() as conn:
             rows = conn.execute(self._queries.enqueue, rows_in.params()).fetchall()
-            conn.execute(self._queries.notify, (self.notify_channel, str(len(rows))))
-        # Ids come from one sequence in insertion order, so sorting restores prompt order.
-        ids = sorted(row[0] for row in rows)
-        log.debug("Enqueued %d %s tasks into %s.%s", len(ids), priority, self.schema, self.table)
-        return ids
+            written = {row[1] for row in rows}
+            skipped = [key for key in keys if key is not None and key not in written]
+            existing = dict(conn.execute(self._queries.enqueue_keys, (skipped,)).fetchall()
+                            ) if skipped else {}
+            self._announce(conn, len(rows))
+        result = match_ids(keys, rows, existing)
+        log.debug("Enqueued %d tasks into %s.%s (%d already present by idempotency key)",
+                  result.created, self.schema, self.table, len(skipped))
+        return result
 
     # --- the claim cycle ---------------------------------------------------------------------
 

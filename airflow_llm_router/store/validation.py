@@ -4,29 +4,37 @@ A task is checked once, when it enters the store, against everything that could 
 fail later: text PostgreSQL cannot store (NUL, lone surrogates), sizes nobody means,
 model names the engine would refuse inside a drain. One bad row refuses the whole call,
 with a :class:`TaskValidationError` naming the field and the row (``prompts[3]``,
-``metadata[7]``); messages never quote prompt text.
+``metadata[7]``, ``tasks[2].kind``); messages never quote prompt text.
+
+Rows are checked into :class:`EnqueueRows`, one value per task for every column, so a batch
+that shares its settings (:meth:`TaskStore.enqueue`) and one whose tasks differ
+(:meth:`TaskStore.enqueue_tasks`) bind to the same statement.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.names import MAX_KIND_CHARS, kind_problem, validate_model_name
+from airflow_llm_router.store.ingest import NewTask
 
 __all__ = [
     "DEFAULT_MAX_PROMPT_CHARS",
     "MAX_ALLOWED_MODELS",
     "MAX_ATTEMPTS",
+    "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_KIND_CHARS",
     "MAX_METADATA_CHARS",
     "EnqueueRows",
     "validate_enqueue",
     "validate_max_prompt_chars",
+    "validate_tasks",
 ]
 
 #: Longest prompt accepted by default (characters); ``TaskStore(max_prompt_chars=...)``.
@@ -37,6 +45,8 @@ MAX_ALLOWED_MODELS = 64
 MAX_ATTEMPTS = 1000
 #: Largest metadata dict of one task, as compact JSON (characters).
 MAX_METADATA_CHARS = 65_536
+#: Longest idempotency key (characters).
+MAX_IDEMPOTENCY_KEY_CHARS = 200
 #: Deepest nesting of metadata.
 _MAX_DEPTH = 32
 
@@ -45,34 +55,127 @@ _PRIORITIES = ("hot", "bulk")
 
 @dataclass(frozen=True)
 class EnqueueRows:
-    """The checked arguments of one enqueue, ready to bind to its statement."""
+    """The checked tasks of one enqueue, a list per column (one value per task), ready to
+    bind to its statement. ``allowed_models`` holds each task's list as JSON (or None):
+    PostgreSQL arrays cannot nest lists of different lengths."""
 
     prompts: list[str]
-    priority: str
-    allowed_models: list[str] | None
-    kind: str
-    max_attempts: int
+    priorities: list[str]
+    allowed_models: list[str | None]
+    kinds: list[str]
+    max_attempts: list[int]
     metadata: list[str]
+    idempotency_keys: list[str | None]
 
     def params(self) -> dict[str, Any]:
-        return {"prompts": self.prompts, "priority": self.priority,
-                "allowed_models": self.allowed_models, "kind": self.kind,
-                "max_attempts": self.max_attempts, "metadata": self.metadata}
+        return {"prompts": self.prompts, "priorities": self.priorities,
+                "allowed_models": self.allowed_models, "kinds": self.kinds,
+                "max_attempts": self.max_attempts, "metadata": self.metadata,
+                "keys": self.idempotency_keys}
 
 
 def validate_enqueue(prompts: object, *, priority: object, allowed_models: object,
                      kind: object, max_attempts: object, metadata: object,
-                     max_prompt_chars: int) -> EnqueueRows:
+                     idempotency_keys: object = None, max_prompt_chars: int) -> EnqueueRows:
     """Check every argument of an enqueue; raise on the first bad one, naming it."""
     checked = validate_prompts(prompts, max_prompt_chars)
+    count = len(checked)
+    models = validate_allowed_models(allowed_models)
     return EnqueueRows(
         prompts=checked,
-        priority=validate_priority(priority),
-        allowed_models=validate_allowed_models(allowed_models),
-        kind=validate_kind(kind),
-        max_attempts=validate_max_attempts(max_attempts),
-        metadata=validate_metadata(metadata, len(checked)),
+        priorities=[validate_priority(priority)] * count,
+        allowed_models=[_models_json(models)] * count,
+        kinds=[validate_kind(kind)] * count,
+        max_attempts=[validate_max_attempts(max_attempts)] * count,
+        metadata=validate_metadata(metadata, count),
+        idempotency_keys=validate_idempotency_keys(idempotency_keys, count),
     )
+
+
+def validate_tasks(tasks: object, max_prompt_chars: int) -> EnqueueRows:
+    """Check :class:`NewTask` objects; errors name ``tasks[i].<field>``."""
+    if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Sequence):
+        raise TaskValidationError("tasks", "must be a list of NewTask objects")
+    columns: dict[str, list[Any]] = {name: [] for name in (
+        "prompts", "priorities", "allowed_models", "kinds", "max_attempts", "metadata")}
+    for i, task in enumerate(tasks):
+        if not isinstance(task, NewTask):
+            raise TaskValidationError(f"tasks[{i}]", f"must be a NewTask, got "
+                                      f"{type(task).__name__}")
+        with _within(f"tasks[{i}]"):
+            columns["prompts"] += validate_prompts([task.prompt], max_prompt_chars)
+            columns["priorities"].append(validate_priority(task.priority))
+            columns["allowed_models"].append(
+                _models_json(validate_allowed_models(task.allowed_models)))
+            columns["kinds"].append(validate_kind(task.kind))
+            columns["max_attempts"].append(validate_max_attempts(task.max_attempts))
+            columns["metadata"].append(
+                "{}" if task.metadata is None else _metadata_json("metadata", task.metadata))
+            _check_key("idempotency_key", task.idempotency_key)
+    keys = [task.idempotency_key for task in tasks]
+    _reject_repeats([f"tasks[{i}].idempotency_key" for i in range(len(keys))], keys)
+    return EnqueueRows(**columns, idempotency_keys=keys)
+
+
+@contextmanager
+def _within(prefix: str) -> Iterator[None]:
+    """Re-raise a field's error under ``prefix`` (``prompts[0]`` becomes the ``prompt``)."""
+    try:
+        yield
+    except TaskValidationError as err:
+        message = str(err)[len(err.field) + 2:]
+        field = "prompt" if err.field == "prompts[0]" else err.field
+        raise TaskValidationError(f"{prefix}.{field}", message) from err
+
+
+def _models_json(models: list[str] | None) -> str | None:
+    return None if models is None else json.dumps(models)
+
+
+def validate_idempotency_keys(keys: object, count: int) -> list[str | None]:
+    """None (no keys), or one key (or None) per prompt, no key given twice."""
+    if keys is None:
+        return [None] * count
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TaskValidationError(
+            "idempotency_keys", "must be None or a list with one key (or None) per prompt")
+    if len(keys) != count:
+        raise TaskValidationError(
+            "idempotency_keys", f"has {len(keys)} entries for {count} prompts; give one key "
+            "(or None) per prompt")
+    fields = [f"idempotency_keys[{i}]" for i in range(count)]
+    for field, key in zip(fields, keys, strict=True):
+        _check_key(field, key)
+    _reject_repeats(fields, keys)
+    return list(keys)
+
+
+def _check_key(field: str, key: object) -> None:
+    if key is None:
+        return
+    if not isinstance(key, str) or not key:
+        raise TaskValidationError(field, f"must be None or a non-empty string, got {key!r}")
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise TaskValidationError(
+            field, f"has {len(key)} characters, more than {MAX_IDEMPOTENCY_KEY_CHARS}; use a "
+            "short id (a UUID, or the source's own id)")
+    if problem := text_problem(key):
+        raise TaskValidationError(field, problem)
+    if not key.isprintable():
+        raise TaskValidationError(
+            field, "contains a control character or line break; use printable text only")
+
+
+def _reject_repeats(fields: Sequence[str], keys: Sequence[object]) -> None:
+    first: dict[object, str] = {}
+    for field, key in zip(fields, keys, strict=True):
+        if key is None:
+            continue
+        if key in first:
+            raise TaskValidationError(
+                field, f"repeats the key of {first[key]}; one key names one task, so give "
+                "each task its own")
+        first[key] = field
 
 
 def validate_max_prompt_chars(value: object) -> int:
