@@ -46,6 +46,12 @@ COMPONENTS: dict[str, list[str]] = {
     "api-server": ["api-server"],
 }
 
+#: ``AirflowStack.executor`` -> Airflow's ``[core] executor``.
+EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
+#: The Celery broker of a stack that names none: the local Redis, on a database number of
+#: its own (the router's namespaces and the tests use database 0).
+CELERY_BROKER_URL = "redis://127.0.0.1:6379/15"
+
 
 def free_port() -> int:
     """A TCP port free right now on 127.0.0.1 (the kernel picks it)."""
@@ -205,6 +211,21 @@ class AirflowStack:
     #: Components started again by :meth:`relaunch` (children of this process, same group).
     relaunched: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _token: str | None = None
+    #: ``local`` (LocalExecutor: the scheduler forks the workers) or ``celery``
+    #: (CeleryExecutor: the scheduler queues each task on the broker and the workers of
+    #: :meth:`add_celery_worker` run them; the Celery provider must be installed, the
+    #: devkit's ``bench`` extra).
+    executor: str = "local"
+    #: The Celery broker; the result backend is the stack's metadata database.
+    celery_broker_url: str = CELERY_BROKER_URL
+    #: The Celery queue of this stack's tasks: one per stack, so stacks sharing a broker
+    #: never run each other's tasks.
+    celery_queue: str = field(default_factory=lambda: f"llmr-{secrets.token_hex(5)}")
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor: {self.executor!r} is not one of "
+                             f"{', '.join(EXECUTORS)}; pass executor='local' or 'celery'")
 
     @property
     def api_url(self) -> str:
@@ -225,7 +246,7 @@ class AirflowStack:
             "PATH": f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": EXECUTORS[self.executor],
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sql_alchemy_conn,
@@ -244,10 +265,30 @@ class AirflowStack:
             # happen here; 1 s keeps the stale event ahead of the trigger's few seconds.
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
         })
+        if self.executor == "celery":
+            env.update(self.celery_env())
         for conn_id, conn in self.connections.items():
             env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
         env.update(self.extra_env)
         return env
+
+    def celery_env(self) -> dict[str, str]:
+        """CeleryExecutor's settings: the broker, the result backend (the metadata
+        database, ``db+`` its SQLAlchemy URL), and the stack's own queue (``[operators]
+        default_queue``: the scheduler sends every task there, the workers read only it).
+
+        A worker killed with a task taken off the broker but not yet acknowledged
+        (``task_acks_late``) leaves the message with the broker until the visibility
+        timeout, Airflow's default a day, puts it back: 60 s here, well above the drain
+        DAG's tasks (they only defer and resume). A task queued longer than
+        ``task_queued_timeout`` is queued again by the scheduler."""
+        return {
+            "AIRFLOW__CELERY__BROKER_URL": self.celery_broker_url,
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self.sql_alchemy_conn}",
+            "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.celery_queue,
+            "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "60",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",
+        }
 
     # -- the CLI --------------------------------------------------------------------------
 
@@ -332,14 +373,7 @@ class AirflowStack:
         :meth:`members` and :meth:`stop` count as part of the stack."""
         if self.pgid is None:
             raise RuntimeError("the stack is not started")
-        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
-        try:
-            self.relaunched[name] = subprocess.Popen(
-                [str(self.bin_dir / "airflow"), *COMPONENTS[name]], env=self.env(),
-                cwd=self.home, start_new_session=True, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT)
-        finally:
-            log.close()
+        self._spawn(name, COMPONENTS[name])
         self.down.discard(name)
 
     def add_triggerer(self, name: str = "triggerer-2") -> int:
@@ -347,14 +381,41 @@ class AirflowStack:
         database (Airflow's triggerers share the triggers: each takes unassigned ones as it
         polls). Its output goes to ``<name>.log``; it is stopped with the stack, and
         :meth:`component_pid` and :meth:`kill` know it by ``name``. Returns its pid."""
+        return self._add(name, COMPONENTS["triggerer"])
+
+    def add_celery_worker(self, name: str = "worker-1", concurrency: int = 4) -> int:
+        """Start one ``airflow celery worker`` (a stack with ``executor="celery"``) reading
+        the stack's queue, running at most ``concurrency`` tasks at once (each in a process
+        of its pool). Known by ``name`` as :meth:`add_triggerer`'s processes are: its
+        output in ``<name>.log``, stopped with the stack, killed with :meth:`kill`.
+        ``--without-mingle --without-gossip``: the workers need nothing from each other,
+        and a broker shared by several stacks would otherwise have them talk across
+        stacks. Returns its pid."""
+        if self.executor != "celery":
+            raise RuntimeError("a Celery worker needs a stack with executor='celery', "
+                               f"not {self.executor!r}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency: {concurrency} must be at least 1")
+        return self._add(name, ["celery", "worker", "--skip-serve-logs",
+                                "--queues", self.celery_queue,
+                                "--concurrency", str(concurrency),
+                                "--celery-hostname", f"{name}@{self.celery_queue}",
+                                "--without-mingle", "--without-gossip"])
+
+    def _add(self, name: str, args: list[str]) -> int:
+        """Start ``airflow <args>`` as the stack's process ``name`` (a group of its own)."""
         if self.pgid is None:
             raise RuntimeError("the stack is not started")
         if name in COMPONENTS or name in self.relaunched:
             raise ValueError(f"{name!r} is already a component of the stack")
+        return self._spawn(name, args)
+
+    def _spawn(self, name: str, args: list[str]) -> int:
+        """Popen ``airflow <args>`` in a new session, output appended to ``<name>.log``."""
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             self.relaunched[name] = subprocess.Popen(
-                [str(self.bin_dir / "airflow"), *COMPONENTS["triggerer"]], env=self.env(),
+                [str(self.bin_dir / "airflow"), *args], env=self.env(),
                 cwd=self.home, start_new_session=True, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT)
         finally:
@@ -411,7 +472,21 @@ class AirflowStack:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
         self.stopped = StopReport(term_s, killed, self.members())
+        if self.executor == "celery":
+            self._drop_celery_queue()
         return self.stopped
+
+    def _drop_celery_queue(self) -> None:
+        """Delete the stack's queue from a Redis broker (its list, priority lists and
+        binding): tasks left in it would otherwise stay in the broker's database."""
+        if not self.celery_broker_url.startswith(("redis://", "rediss://")):
+            return
+        import redis
+
+        with redis.Redis.from_url(self.celery_broker_url) as broker:
+            keys = [*broker.scan_iter(match=f"{self.celery_queue}*"),
+                    f"_kombu.binding.{self.celery_queue}"]
+            broker.delete(*keys)
 
     def alive(self) -> bool:
         """True while every component runs; raises (with the logs' tails) if one has exited,
@@ -419,10 +494,12 @@ class AirflowStack:
         if self.proc is None:
             return False
         running = self._components()
-        expected = len(COMPONENTS) - len(self.down)
-        if self.proc.poll() is not None or len(running) < expected:
+        # the components not killed, and the processes added or relaunched since
+        expected = len(set(COMPONENTS) - self.down | set(self.relaunched))
+        exited = [name for name, proc in self.relaunched.items() if proc.poll() is not None]
+        if self.proc.poll() is not None or len(running) < expected or exited:
             raise RuntimeError(f"a component of the stack exited ({len(running)} of "
-                               f"{expected} still run)\n{self.read_logs()}")
+                               f"{expected} still run; exited: {exited})\n{self.read_logs()}")
         return True
 
     # -- the REST API ---------------------------------------------------------------------
@@ -452,7 +529,7 @@ class AirflowStack:
     def read_logs(self) -> str:
         """The tail of every component's log, for failure messages."""
         parts = []
-        for name in [*COMPONENTS, "cli"]:
+        for name in dict.fromkeys([*COMPONENTS, *self.relaunched, "cli"]):
             path = self.home / f"{name}.log"
             if path.exists():
                 text = path.read_text(errors="replace")
