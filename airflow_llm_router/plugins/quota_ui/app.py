@@ -8,9 +8,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse
 
 from airflow_llm_router import __version__
+from airflow_llm_router.api.errors import validation_handler
 from airflow_llm_router.engine.quota import field_hint
 from airflow_llm_router.plugins.quota_ui import api, page
 from airflow_llm_router.plugins.quota_ui.auth import Reader
@@ -21,17 +22,12 @@ URL_PREFIX = "/llm-router"
 _MODEL_RULE = "use 1-128 letters, digits or '. _ : / @ + -', starting with a letter or digit"
 
 
-def _invalid(_: Request, exc: Exception) -> JSONResponse:
-    """422 naming each bad field (``field``) and how to fix it (in ``msg``)."""
-    assert isinstance(exc, RequestValidationError)
-    detail = []
-    for error in exc.errors():
-        loc = [str(p) for p in error["loc"]]
-        name = ".".join(loc[1:]) or loc[0]
-        hint = _MODEL_RULE if loc[:2] == ["path", "model"] else field_hint(name, error["type"])
-        detail.append({"loc": loc, "field": name, "type": error["type"],
-                       "msg": error["msg"] + (f" ({hint})" if hint else "")})
-    return JSONResponse({"detail": detail}, status_code=422)
+def _hint(loc: list[str], name: str, error_type: str) -> str:
+    """How to fix a bad quota field (the 422 itself is the shared one of ``api/errors.py``)."""
+    return _MODEL_RULE if loc[:2] == ["path", "model"] else field_hint(name, error_type)
+
+
+_invalid = validation_handler(_hint)
 
 
 def create_app(service_factory: Callable[[], QuotaService] | None = None) -> FastAPI:

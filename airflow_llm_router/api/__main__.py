@@ -1,0 +1,98 @@
+"""Serve the HTTP API on its own, outside the Airflow API server (uvicorn).
+
+    python -m airflow_llm_router.api --port 8090 [--host 127.0.0.1]
+        [--token-conn-id llm_router_api] [--conn-id llm_router_default] [--namespace NS]
+        [--postgres-conn-id postgres_default] [--store-schema llm_router] [--store-table tasks]
+
+Every request needs ``Authorization: Bearer <token>``, the token being the password of the
+``--token-conn-id`` connection. Prints ``serving on http://HOST:PORT`` once it listens
+(``--port 0``: any free port, the line says which). Bad options, a missing connection or an
+unreachable Redis: one ``error:`` line and exit status 2, before anything listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+import uvicorn
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_llm_router.api.standalone import Standalone, read_token
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not usage + message
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"--port: {value!r} is not a port (0-65535)")
+    return int(value)
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = Standalone()
+    parser = _Parser(prog="python -m airflow_llm_router.api",
+                     description="Serve the LLM router's HTTP API (admission and task "
+                     "ingestion) with uvicorn, behind a bearer token.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                        "(default: %(default)s)")
+    parser.add_argument("--port", type=_port, required=True, help="port (0: any free one)")
+    parser.add_argument("--token-conn-id", default=d.token_conn_id,
+                        help="connection whose password is the bearer token "
+                        "(default: %(default)s)")
+    parser.add_argument("--conn-id", default=d.router_conn_id,
+                        help="the llm_router (Redis) connection (default: %(default)s)")
+    parser.add_argument("--namespace", help="router namespace (default: the connection's)")
+    parser.add_argument("--postgres-conn-id", default=d.postgres_conn_id,
+                        help="the task store's PostgreSQL connection (default: %(default)s)")
+    parser.add_argument("--store-schema", default=d.store_schema)
+    parser.add_argument("--store-table", default=d.store_table)
+    parser.add_argument("--log-level", default="warning",
+                        choices=["critical", "error", "warning", "info", "debug"])
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    config = Standalone(token_conn_id=args.token_conn_id, router_conn_id=args.conn_id,
+                        namespace=args.namespace, postgres_conn_id=args.postgres_conn_id,
+                        store_schema=args.store_schema, store_table=args.store_table)
+    try:
+        token = read_token(config.token_conn_id)
+        namespace = asyncio.run(config.check_router())
+        app = config.app(token)
+    except AirflowNotFoundException as err:
+        return _fail(f"{err}: add the connection (airflow connections add ...) or name another "
+                     "one with --token-conn-id / --conn-id")
+    except Exception as err:  # one line, never a traceback (nor a secret)
+        first = str(err).splitlines()[0] if str(err) else ""
+        return _fail(f"{type(err).__name__}: {first}")
+    try:
+        sock = socket.create_server((args.host, args.port))
+    except OSError as err:
+        return _fail(f"cannot listen on {args.host}:{args.port}: {err.strerror}; pick another "
+                     "--port or --host")
+    host, port = sock.getsockname()[:2]
+    logging.getLogger(__name__).info("router namespace %r", namespace)
+    print(f"serving on http://{host}:{port}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, lifespan="off"))
+    server.run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

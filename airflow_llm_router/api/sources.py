@@ -1,0 +1,88 @@
+"""What the HTTP API talks to, built on first use in the serving event loop.
+
+The app is created at import time (the Airflow plugin) or before the server's loop runs
+(standalone), while the Redis client it needs is an asyncio client bound to that loop, and
+its connection may not exist yet when the API server starts. So each is a :class:`Lazy`:
+built by the first request that needs it, retried on the next request after a failure, and
+until then the routes answer 503 naming what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from airflow_llm_router.engine.async_client import AsyncRouterClient
+from airflow_llm_router.hooks.router import RouterHook
+from airflow_llm_router.store import TaskStore
+
+T = TypeVar("T")
+
+__all__ = ["Lazy", "Unavailable", "router_source", "task_store_source"]
+
+
+class Unavailable(RuntimeError):
+    """A dependency of the API (the router's Redis, the task store) cannot be built."""
+
+
+class Lazy(Generic[T]):
+    """One ``T``, built once by ``factory`` on first :meth:`get`.
+
+    :param factory: builds it (may look up Airflow connections); its error is raised as
+        :class:`Unavailable`, with ``what`` and the error's first line (never a secret:
+        connection errors name the connection, not its password).
+    :param what: what it is, for that message (``"the router's Redis (connection 'x')"``).
+    :param close: how to release it at shutdown.
+    """
+
+    def __init__(self, factory: Callable[[], Awaitable[T]], what: str,
+                 close: Callable[[T], Awaitable[None]] | None = None) -> None:
+        self._factory = factory
+        self._close = close
+        self.what = what
+        self._value: T | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def get(self) -> T:
+        if self._value is not None:
+            return self._value
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._value is None:
+                try:
+                    self._value = await self._factory()
+                except Exception as err:
+                    first = str(err).splitlines()[0] if str(err) else ""
+                    raise Unavailable(f"{self.what} is unavailable: {type(err).__name__}: "
+                                      f"{first}") from err
+            return self._value
+
+    async def aclose(self) -> None:
+        value, self._value = self._value, None
+        if value is not None and self._close is not None:
+            await self._close(value)
+
+
+def router_source(conn_id: str, namespace: str | None = None) -> Lazy[AsyncRouterClient]:
+    """The asyncio router client of connection ``conn_id``, built on first use."""
+    hook = RouterHook(conn_id, namespace=namespace)
+
+    async def close(client: AsyncRouterClient) -> None:
+        await client.aclose()
+
+    return Lazy(hook.get_async_client, f"the router's Redis (connection {conn_id!r})", close)
+
+
+def task_store_source(conn_id: str, schema: str, table: str) -> Lazy[TaskStore]:
+    """The task store on PostgreSQL connection ``conn_id``, built on first use."""
+
+    async def build() -> TaskStore:
+        return await asyncio.to_thread(TaskStore.from_conn_id, conn_id, schema=schema,
+                                       table=table)
+
+    async def close(store: TaskStore) -> None:
+        await asyncio.to_thread(store.close)
+
+    return Lazy(build, f"the task store (connection {conn_id!r}, {schema}.{table})", close)
