@@ -32,6 +32,9 @@ class QuotaConfig:
     schema: str = "llm_router"
     table: str = "quotas"
     restore: bool = True
+    #: the task store the quota page's backlog panel shows (on ``postgres_conn_id``)
+    task_schema: str = "llm_router"
+    task_table: str = "tasks"
 
     @classmethod
     def from_airflow(cls) -> QuotaConfig:
@@ -46,6 +49,8 @@ class QuotaConfig:
             schema=conf.get(SECTION, "quota_schema", fallback=d.schema),
             table=conf.get(SECTION, "quota_table", fallback=d.table),
             restore=conf.getboolean(SECTION, "restore_quotas", fallback=d.restore),
+            task_schema=conf.get(SECTION, "task_schema", fallback=d.task_schema),
+            task_table=conf.get(SECTION, "task_table", fallback=d.task_table),
         )
 
     def with_router_extra(self, extra: Mapping[str, Any]) -> QuotaConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from airflow_llm_router.pg import Migration, TableNames
+from airflow_llm_router.store.queries import requeue_log_table
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS"]
 
@@ -68,9 +69,40 @@ def _idempotency_keys(names: TableNames) -> list[sql.Composed | sql.SQL]:
     return [column, unique]
 
 
+def _backlog_views(names: TableNames) -> list[sql.Composed | sql.SQL]:
+    """What the backlog panel reads without scanning history: tasks solved recently (a range
+    of ``solved_at``) and dead tasks newest first, each from a partial index that holds only
+    its status (with the lane, so counts per priority read the index alone); and the log of
+    requeues (who moved which dead tasks back to pending). Building the indexes locks writes
+    to the table once, for as long as it takes to read the solved and dead rows."""
+    solved = sql.SQL(
+        "CREATE INDEX {name} ON {tasks} (solved_at, priority_rank) WHERE status = 'solved'"
+    ).format(name=names.index("solved_at_idx"), tasks=names.tasks)
+    dead = sql.SQL(
+        "CREATE INDEX {name} ON {tasks} (updated_at, id) INCLUDE (priority_rank) "
+        "WHERE status = 'dead'"
+    ).format(name=names.index("dead_idx"), tasks=names.tasks)
+    log = sql.SQL(
+        """
+        CREATE TABLE {log} (
+            id        bigserial   PRIMARY KEY,
+            at        timestamptz NOT NULL DEFAULT now(),
+            actor     text        NOT NULL,
+            source    text        NOT NULL,
+            request   jsonb       NOT NULL,
+            requeued  integer     NOT NULL,
+            skipped   integer     NOT NULL,
+            remaining integer     NOT NULL
+        )
+        """
+    ).format(log=requeue_log_table(names))
+    return [solved, dead, log]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create tasks table and claim indexes", _initial),
     Migration(2, "add idempotency_key with a unique partial index", _idempotency_keys),
+    Migration(3, "backlog panel: solved and dead indexes, requeue log", _backlog_views),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse
 from airflow_llm_router import __version__
 from airflow_llm_router.api.errors import validation_handler
 from airflow_llm_router.engine.quota import field_hint
-from airflow_llm_router.plugins.quota_ui import api, page
+from airflow_llm_router.plugins.quota_ui import api, backlog, page
 from airflow_llm_router.plugins.quota_ui.auth import Reader
 from airflow_llm_router.plugins.quota_ui.service import LazyService, QuotaService
 
@@ -44,6 +44,7 @@ def create_app(service_factory: Callable[[], QuotaService] | None = None) -> Fas
                   "validated and audited changes, stats and advice.")
     app.state.service = LazyService(service_factory or QuotaService.from_airflow)
     app.include_router(api.router)
+    app.include_router(backlog.router)
     app.include_router(page.router)
     app.add_exception_handler(RequestValidationError, _invalid)
 

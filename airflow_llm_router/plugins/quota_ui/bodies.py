@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE
+from airflow_llm_router.store.dead_letters import MAX_ERROR_FILTER_CHARS
+from airflow_llm_router.store.models import REQUEUE_MAX
 
 
 def _patch_model() -> type[BaseModel]:
@@ -88,3 +91,93 @@ class AuditView(BaseModel):
     model: str
     old: dict[str, Any] | None
     new: dict[str, Any] | None
+
+
+# --- the backlog panel ----------------------------------------------------------------------
+
+class BacklogView(BaseModel):
+    """The task store's backlog now: tasks per status and lane (``counts["pending"]["hot"]``),
+    totals per status, statuses counted only up to the cap (``capped``: their counts are
+    lower bounds), the oldest pending task's age (s), tasks solved over the last
+    ``window_s`` seconds and per minute, what remains (pending + claimed) and the ETA at that
+    rate (s; null when nothing was solved recently)."""
+
+    counts: dict[str, dict[str, int]]
+    totals: dict[str, int]
+    capped: list[str]
+    oldest_pending_age_s: float | None
+    solved_recently: int
+    window_s: int
+    throughput_per_min: float
+    remaining: int
+    eta_s: float | None
+
+
+class DeadTaskView(BaseModel):
+    """A dead-lettered task: never its prompt; ``last_error`` cut to a few hundred
+    characters."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    id: int
+    kind: str
+    priority: str
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    model: str | None
+    allowed_models: list[str] | None
+    created_at: str
+    updated_at: str
+
+
+class DeadPageView(BaseModel):
+    """One page of dead tasks, newest failure first; ``total`` matching in all (counted up
+    to a cap: ``total_capped``)."""
+
+    tasks: list[DeadTaskView]
+    total: int
+    total_capped: bool
+    limit: int
+    offset: int
+
+
+class RequeueBody(BaseModel):
+    """Which dead tasks to move back to pending: ``ids``, or ``all: true`` with optional
+    conditions (every dead task matching them, oldest first, up to ``REQUEUE_MAX`` per
+    call)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    ids: list[Annotated[int, Field(strict=True, ge=1)]] | None = Field(
+        default=None, min_length=1, max_length=REQUEUE_MAX,
+        description=f"task ids, 1 to {REQUEUE_MAX}")
+    all: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="requeue every dead task matching kind, model and "
+        "error_contains (all dead tasks if none is given)")
+    kind: str | None = Field(default=None, min_length=1, max_length=MAX_KIND_CHARS)
+    model: str | None = Field(default=None, pattern=MODEL_NAME_RE.pattern)
+    error_contains: str | None = Field(default=None, min_length=1,
+                                       max_length=MAX_ERROR_FILTER_CHARS)
+
+
+class RequeueView(BaseModel):
+    """What a requeue did: how many moved (``ids``), ids asked for that were not dead
+    (``skipped``), matching dead tasks left for the next call (``remaining``)."""
+
+    requeued: int
+    ids: list[int]
+    skipped: list[int]
+    remaining: int
+    max_per_call: int
+
+
+class RequeueRecordView(BaseModel):
+    id: int
+    at: str
+    actor: str
+    source: str
+    request: dict[str, Any]
+    requeued: int
+    skipped: int
+    remaining: int

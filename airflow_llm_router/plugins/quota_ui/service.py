@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.quota_store import QuotaStore
+from airflow_llm_router.store import TaskStore
 
 #: Counters whose recent change the stats report (429s and errors "in the last windows").
 RECENT_COUNTERS = ("rate_limited", "errors")
@@ -60,15 +62,23 @@ class CounterHistory:
 class QuotaService:
     """The router client and the quota store that the routes share."""
 
-    def __init__(self, router: RouterClient, store: QuotaStore) -> None:
+    def __init__(self, router: RouterClient, store: QuotaStore,
+                 tasks: TaskStoreAccess | None = None) -> None:
         self.router = router
         self.store = store
         self.history = CounterHistory()
+        #: the task store of the backlog panel; None: not configured (its routes answer 503)
+        self.tasks = tasks
 
     @classmethod
     def from_airflow(cls) -> QuotaService:
         """From the ``[llm_router]`` config and its connections; migrates the quota tables."""
         config = QuotaConfig.from_airflow()
+        # The task store is on the configured database, not on one a router connection's
+        # extra names for its quotas; it is opened (and migrated) when the backlog is first read.
+        tasks = TaskStoreAccess(lambda: TaskStore.from_conn_id(
+            config.postgres_conn_id, schema=config.task_schema, table=config.task_table),
+            f"{config.postgres_conn_id!r} ({config.task_schema}.{config.task_table})")
         try:
             hook = RouterHook(config.router_conn_id)
             router = hook.client
@@ -81,7 +91,7 @@ class QuotaService:
                 f"the quota service needs the connections {config.router_conn_id!r} (Redis) "
                 f"and {config.postgres_conn_id!r} (PostgreSQL): {type(err).__name__}: "
                 f"{_first_line(err)}") from err
-        return cls(router, store)
+        return cls(router, store, tasks)
 
 
 def _first_line(err: Exception) -> str:
@@ -101,3 +111,36 @@ class LazyService:
             if self._service is None:
                 self._service = self._factory()
             return self._service
+
+
+class TaskStoreAccess:
+    """The task store the backlog routes share, one request at a time (a store is one
+    connection, meant for one thread; its reads are short). Built and migrated on first
+    use, so the quota page works while the task store is unreachable; built again after a
+    failure."""
+
+    def __init__(self, factory: Callable[[], TaskStore], where: str = "the task store") -> None:
+        self._factory = factory
+        self.where = where
+        self._store: TaskStore | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def use(self) -> Iterator[TaskStore]:
+        """The store, held by this caller until the block ends."""
+        with self._lock:
+            if self._store is None:
+                store = self._factory()
+                try:
+                    store.migrate()
+                except BaseException:
+                    store.close()
+                    raise
+                self._store = store
+            yield self._store
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None

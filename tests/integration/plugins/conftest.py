@@ -107,6 +107,7 @@ def quota_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuotaUiStack]
             extra_env={
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,op:op,viewer:viewer",
                 "AIRFLOW__LLM_ROUTER__QUOTA_SCHEMA": f"llmr_ui_{suffix}",
+                "AIRFLOW__LLM_ROUTER__TASK_SCHEMA": f"llmr_ui_{suffix}",
             }),
         passwords=passwords, namespace=f"ui-{suffix}", schema=f"llmr_ui_{suffix}")
     try:
