@@ -20,7 +20,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from airflow_llm_router.engine.advice import Advice
 from airflow_llm_router.engine.core import Completion, Decision, RouterCore
-from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.engine.quota import ModelQuota, RouterBudget
 from airflow_llm_router.engine.restore import (
     QuotaSource,
     Steps,
@@ -33,6 +33,7 @@ from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import (
     Admission,
     AdmitRequest,
+    OnBudget,
     Outcome,
     Priority,
     Rejection,
@@ -134,6 +135,18 @@ class RouterAPI:
         return self.core.delete_quota(model)
 
     @operation
+    def set_budget(self, budget: RouterBudget | dict[str, Any] | None) -> Steps[None]:
+        """Set (or with None, remove) the router-wide spend budget: what every priced model
+        spends together per period (validated; docs/budgets.md). Applies at the next
+        admission; waiters are told to look again."""
+        return self.core.set_budget(budget)
+
+    @operation
+    def budget(self) -> Steps[RouterBudget | None]:
+        """The router-wide spend budget, or None (its spend is in ``stats().total``)."""
+        return self.core.get_budget()
+
+    @operation
     def quotas_synced(self) -> Steps[bool]:
         """Whether Redis holds what the last sync from the durable quota store wrote
         (False after Redis lost its data; see :mod:`~airflow_llm_router.engine.restore`)."""
@@ -189,12 +202,14 @@ class RouterAPI:
         request_id: str | None = None,
         estimated_output_tokens: int | None = None,
         kind: str | None = None,
+        on_budget: OnBudget = "overflow",
     ) -> Steps[Admission | Wait]:
         """Reserve capacity for one call, or learn how long to wait.
 
         Give ``estimated_tokens`` (input + output), or ``input_tokens`` and let the engine
         add the chosen model's learned output per call (per ``kind``, if given: see
-        :class:`AdmitRequest`).
+        :class:`AdmitRequest`). ``on_budget``: over a model's spend budget, go on to a later
+        model (``"overflow"``) or wait for the period to reset (``"wait"``; docs/budgets.md).
 
         :raises ImpossibleRequestError: no allowed model could ever admit it.
         """
@@ -206,6 +221,7 @@ class RouterAPI:
             ordered=ordered,
             priority=priority,
             kind=kind,
+            on_budget=on_budget,
             **({"request_id": request_id} if request_id else {}),
         )
         decisions = yield from self._admit([request])

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from airflow_llm_router.engine.advice import Advice, advise_from_stats
 from airflow_llm_router.engine.keys import RouterKeys
-from airflow_llm_router.engine.quota import ModelQuota, validate_model_name
+from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_model_name
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import (
     Admission,
@@ -61,7 +61,7 @@ class Script:
 
 #: Operations whose writes a failover must not lose: with ``replicas_to_wait``, the client
 #: sends each with a ``WAIT`` on the same connection (:meth:`RouterCore.replicated`).
-DURABLE_OPS = frozenset({"admit", "set_quota", "delete_quota"})
+DURABLE_OPS = frozenset({"admit", "set_quota", "delete_quota", "set_budget"})
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,15 @@ class RouterCore:
         deleted = yield Script("delete_quota", (model,))
         return bool(deleted)
 
+    def set_budget(self, budget: RouterBudget | dict[str, Any] | None) -> Step[None]:
+        if budget is not None and not isinstance(budget, RouterBudget):
+            budget = RouterBudget.parse(budget)
+        yield Script("set_budget", ("" if budget is None else budget.to_redis(),))
+
+    def get_budget(self) -> Step[RouterBudget | None]:
+        raw = yield Command(("GET", self.keys.router("K_BUDGET")))
+        return None if raw is None else RouterBudget.from_redis(raw)
+
     # -- admission --------------------------------------------------------------------
 
     def admit_many(self, requests: Sequence[AdmitRequest]) -> Step[list[Decision]]:
@@ -269,12 +278,16 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     if not isinstance(r.request_id, str) or not r.request_id or not r.request_id.isprintable():
         raise ValueError(f"request_id: {r.request_id!r} must be non-empty printable text "
                          "(it is kept in the lease's record)")
-    kind: list[str] = []
+    kind: list[str | int | None] = []
     if r.kind is not None:
         problem = kind_problem(r.kind)
         if problem:
             raise ValueError(f"kind: {problem}")
         kind = [r.kind]
+    if r.on_budget not in ("overflow", "wait"):
+        raise ValueError(f"on_budget: {r.on_budget!r} is not 'overflow' or 'wait'")
+    if r.on_budget == "wait":  # the admit script reads it after the kind (null: none)
+        kind = [r.kind, 1]
     if r.input_tokens is not None:
         if r.estimated_tokens is not None:
             raise ValueError("input_tokens: give either estimated_tokens or input_tokens")

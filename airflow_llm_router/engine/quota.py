@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.names import MODEL_NAME_RE
 from airflow_llm_router.names import validate_model_name as _validate_name
 
-__all__ = ["MODEL_NAME_RE", "ModelQuota", "field_hint", "validate_model_name"]
+__all__ = ["MODEL_NAME_RE", "ModelQuota", "RouterBudget", "field_hint", "validate_model_name"]
 
 _FIXES = {
     "rpm": "a whole number of requests per window, at least 1 and at most 10^15",
@@ -26,6 +33,18 @@ _FIXES = {
     "weight": "a number above 0 (the model's share among admissible models)",
     "enabled": "true or false",
     "window_s": "the window length in seconds, above 0 (60 for per-minute limits)",
+    "input_micro_usd_per_mtok": ("the price of input tokens in micro-dollars per million "
+                                 "tokens (a whole number >= 0, at most 10^9; $0.15 per 1M "
+                                 "tokens is 150000), or null for an unpriced model"),
+    "output_micro_usd_per_mtok": ("the price of output tokens in micro-dollars per million "
+                                  "tokens (a whole number >= 0, at most 10^9), or null for an "
+                                  "unpriced model"),
+    "budget_micro_usd": ("the spend allowed per budget period in micro-dollars (a whole "
+                         "number >= 0, at most 10^15; $25 is 25000000), or null for no "
+                         "budget; needs a price"),
+    "budget_period_s": ("the budget period in seconds (periods start at multiples of it "
+                        "since the Unix epoch; 86400 for a UTC day), at least 0.01 and at "
+                        "most 31622400"),
 }
 
 #: The largest count a quota may set: counts up to 2**53 stay exact in Redis's Lua numbers
@@ -33,6 +52,16 @@ _FIXES = {
 MAX_COUNT = 10**15
 
 PositiveCount = Annotated[int, Field(strict=True, gt=0, le=MAX_COUNT)]
+
+#: The largest price (micro-dollars per million tokens, $1,000 per million): costs are
+#: computed as tokens x price in Lua's doubles, exact below 2**53 (docs/budgets.md).
+MAX_PRICE = 10**9
+Price = Annotated[int, Field(strict=True, ge=0, le=MAX_PRICE)]
+MicroUSD = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
+#: The longest budget period: a leap year, in seconds.
+MAX_PERIOD_S = 366 * 86400
+PeriodSeconds = Annotated[float, Field(strict=True, ge=0.01, le=MAX_PERIOD_S)]
+DEFAULT_PERIOD_S = 86400.0
 
 
 class ModelQuota(BaseModel):
@@ -51,6 +80,14 @@ class ModelQuota(BaseModel):
     :param expected_latency_s: optional prior of one call's latency (seconds), reported by
         the stats and used by the advice until a call has been observed; afterwards the
         engine learns a running average of observed latencies.
+    :param input_micro_usd_per_mtok: price of input tokens, micro-dollars per million tokens
+        (integers: fixed point); with either price set the engine tracks the model's spend
+        (an unset price counts as 0). None for both: no spend tracking.
+    :param output_micro_usd_per_mtok: price of output tokens, same unit.
+    :param budget_micro_usd: spend allowed per ``budget_period_s`` (micro-dollars); over it
+        the model is not admissible until the period resets (docs/budgets.md). Needs a price.
+    :param budget_period_s: the budget period; periods are aligned to multiples of it since
+        the Unix epoch (Redis clock), so 86400 is a UTC day.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -65,6 +102,27 @@ class ModelQuota(BaseModel):
     output_tpm: PositiveCount | None = None
     expected_output_tokens: PositiveCount = 256
     expected_latency_s: Annotated[float, Field(strict=True, gt=0, le=86400)] | None = None
+    input_micro_usd_per_mtok: Price | None = None
+    output_micro_usd_per_mtok: Price | None = None
+    budget_micro_usd: MicroUSD | None = None
+    budget_period_s: PeriodSeconds = DEFAULT_PERIOD_S
+
+    @property
+    def priced(self) -> bool:
+        """Whether the engine tracks this model's spend (either price set)."""
+        return (self.input_micro_usd_per_mtok is not None
+                or self.output_micro_usd_per_mtok is not None)
+
+    @field_validator("budget_micro_usd")
+    @classmethod
+    def _budget_needs_a_price(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # a patch (bodies.QuotaPatch, every field optional) is checked once merged
+        if value is not None and cls is ModelQuota and (
+                info.data.get("input_micro_usd_per_mtok") is None
+                and info.data.get("output_micro_usd_per_mtok") is None):
+            raise ValueError("a budget needs a price: set input_micro_usd_per_mtok and/or "
+                             "output_micro_usd_per_mtok, or remove the budget")
+        return value
 
     @field_validator("window_s")
     @classmethod
@@ -102,6 +160,15 @@ class ModelQuota(BaseModel):
             doc["otpm"] = self.output_tpm
         if self.expected_latency_s is not None:
             doc["lat"] = self.expected_latency_s
+        # lib/budget.lua: spend is tracked when "pi" or "po" is present (a missing one is 0)
+        if self.input_micro_usd_per_mtok is not None:
+            doc["pi"] = self.input_micro_usd_per_mtok
+        if self.output_micro_usd_per_mtok is not None:
+            doc["po"] = self.output_micro_usd_per_mtok
+        if self.budget_micro_usd is not None:
+            doc["bud"] = self.budget_micro_usd
+        if self.priced or self.budget_period_s != DEFAULT_PERIOD_S:
+            doc["bper"] = max(1, round(self.budget_period_s * 1000))
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -118,7 +185,45 @@ class ModelQuota(BaseModel):
             output_tpm=doc.get("otpm"),
             expected_output_tokens=doc.get("oprior", 256),
             expected_latency_s=doc.get("lat"),
+            input_micro_usd_per_mtok=doc.get("pi"),
+            output_micro_usd_per_mtok=doc.get("po"),
+            budget_micro_usd=doc.get("bud"),
+            budget_period_s=doc.get("bper", DEFAULT_PERIOD_S * 1000) / 1000,
         )
+
+
+class RouterBudget(BaseModel):
+    """The router-wide spend budget: what every priced model of the namespace may spend
+    together per period (each model's own ``budget_micro_usd`` applies as well).
+
+    :param budget_micro_usd: micro-dollars per period (fixed point, like the prices).
+    :param budget_period_s: the period, aligned to multiples of it since the Unix epoch.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget_micro_usd: MicroUSD
+    budget_period_s: PeriodSeconds = DEFAULT_PERIOD_S
+
+    @classmethod
+    def parse(cls, data: Any) -> RouterBudget:
+        """Validate a mapping into a budget, with errors that name the field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            problems = _describe(err)
+            raise QuotaValidationError("invalid budget: " + "; ".join(problems),
+                                       problems) from err
+
+    def to_redis(self) -> str:
+        return json.dumps({"b": self.budget_micro_usd,
+                           "per": max(1, round(self.budget_period_s * 1000))},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_redis(cls, raw: str | bytes) -> RouterBudget:
+        doc = json.loads(raw)
+        return cls(budget_micro_usd=doc["b"], budget_period_s=doc["per"] / 1000)
 
 
 def _describe(err: ValidationError) -> list[str]:

@@ -16,16 +16,17 @@ __all__ = ["OPERATIONS", "script_source"]
 #: Each operation and the libraries it uses, in load order (each call pays for the Lua it
 #: carries: setting up unused libraries cost ~10 µs a call on the Redis thread).
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "admit": ("prelude", "effective", "guard", "model_state", "kinds", "capacity", "fair",
+    "admit": ("prelude", "budget", "effective", "guard", "model_state", "kinds", "capacity", "fair",
               "waiters"),
-    "complete": ("prelude", "health", "effective", "guard", "kinds"),
+    "complete": ("prelude", "budget", "health", "effective", "guard", "kinds"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),
     "set_quota": ("prelude",),
     "delete_quota": ("prelude", "guard"),
     "start_recovery": ("prelude", "guard"),
-    "stats": ("prelude", "effective", "guard", "model_state", "kinds"),
+    "stats": ("prelude", "budget", "effective", "guard", "model_state", "kinds"),
     "cancel": ("prelude",),
+    "set_budget": ("prelude",),
 }
 OPERATIONS = tuple(_LIBRARIES)
 

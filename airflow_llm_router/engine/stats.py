@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow_llm_router.engine.quota import ModelQuota
 
-__all__ = ["KindStats", "ModelStats", "RouterStats"]
+__all__ = ["KindStats", "ModelStats", "RouterStats", "SpendStats"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,36 @@ class KindStats:
     observed: int
     #: since the kind was last seen (ms)
     seen_ms_ago: int
+
+
+@dataclass(frozen=True)
+class SpendStats:
+    """Spend in the current budget period, micro-dollars (docs/budgets.md)."""
+
+    #: the budget of the period, None when none is set (spend is tracked all the same)
+    budget_micro_usd: int | None
+    #: settled cost of the calls completed in the period (actual usage x price)
+    settled_micro_usd: int
+    #: estimated cost reserved by the period's calls still in flight
+    reserved_micro_usd: int
+    period_s: float
+    #: when the period began (ms, the engine's clock); it ends period_s later
+    period_start_ms: int
+
+    @property
+    def committed_micro_usd(self) -> int:
+        """What admission counts against the budget: settled + reserved."""
+        return self.settled_micro_usd + self.reserved_micro_usd
+
+    @classmethod
+    def from_reply(cls, doc: Any) -> SpendStats | None:
+        if not isinstance(doc, dict):
+            return None
+        committed, reserved = int(doc["committed"]), int(doc["reserved"])
+        return cls(budget_micro_usd=None if doc.get("budget") is None else int(doc["budget"]),
+                   settled_micro_usd=committed - reserved, reserved_micro_usd=reserved,
+                   period_s=int(doc["period_ms"]) / 1000,
+                   period_start_ms=int(doc["period_start_ms"]))
 
 
 @dataclass(frozen=True)
@@ -58,6 +88,8 @@ class ModelStats:
     #: 0 for calls within it); added to every reservation the engine estimates, so the
     #: calls in flight together cover their expected overrun
     excess_tokens: float = 0.0
+    #: a priced model's spend in its current budget period; None when it has no price
+    spend: SpendStats | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -97,6 +129,9 @@ class RouterStats:
     now_ms: int
     waiting: int
     models: dict[str, ModelStats]
+    #: every priced model's spend together, in the router-wide budget's period (a UTC day
+    #: without a budget; see ``set_budget``)
+    total_spend: SpendStats | None = None
 
     @classmethod
     def from_reply(cls, doc: dict[str, Any], quotas: dict[str, ModelQuota]) -> RouterStats:
@@ -120,12 +155,15 @@ class RouterStats:
                 guard_ms=int(m.get("guard_ms") or 0),
                 kinds=_kinds(m.get("kinds")),
                 excess_tokens=float(m.get("excess") or 0.0),
+                spend=SpendStats.from_reply(m.get("spend")),
             )
-        return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models)
+        return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models,
+                   total_spend=SpendStats.from_reply(doc.get("total")))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "now_ms": self.now_ms,
             "waiting": self.waiting,
             "models": {k: v.to_dict() for k, v in self.models.items()},
+            "total_spend": None if self.total_spend is None else asdict(self.total_spend),
         }

@@ -10,10 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Priority = Literal["bulk", "hot"]
 Outcome = Literal["ok", "rate_limited", "error"]
+OnBudget = Literal["overflow", "wait"]
 
 __all__ = [
     "Admission",
     "AdmitRequest",
+    "OnBudget",
     "Outcome",
     "Priority",
     "Rejection",
@@ -100,6 +102,12 @@ class AdmitRequest:
         tokens and latency per model and kind from the calls admitted with it (bounded:
         32 kinds per model, each forgotten a day after it was last seen). ``None``: the
         model's estimates only.
+    :param on_budget: when a model it tries is over its spend budget (or the router's
+        total: docs/budgets.md), ``"overflow"`` (the default) lets the request go to a
+        later model of ``models`` still in budget; ``"wait"`` makes an ordered request wait
+        for that model's budget period to reset rather than take a model it prefers less
+        (e.g. a cheaper one). Requests for any model or shared by weight treat every
+        allowed model alike, so an over-budget one is skipped either way.
     """
 
     estimated_tokens: int | None = None
@@ -110,6 +118,7 @@ class AdmitRequest:
     priority: Priority = "bulk"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     kind: str | None = None
+    on_budget: OnBudget = "overflow"
 
 
 @dataclass(frozen=True)
@@ -147,5 +156,8 @@ class Rejection:
             "too_large": f"the estimate exceeds the token limit of every allowed model "
             f"(e.g. {self.detail!r}): split the prompt or raise the model's tpm",
             "all_disabled": "every allowed model is disabled: enable one or allow others",
+            "too_costly": f"the estimated cost exceeds the whole spend budget of every "
+            f"allowed model or the router's total (e.g. {self.detail!r}): split the prompt "
+            "or raise the budget",
             "no_models": "no model has a quota yet: set one with set_quota()",
         }.get(self.reason, f"rejected: {self.reason} {self.detail}")

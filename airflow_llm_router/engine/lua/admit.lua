@@ -1,7 +1,9 @@
 -- admit: decide a batch of requests in one call; each is admitted (a lease is reserved on
 -- one model) or told how long to wait, or rejected when no allowed model could ever take it.
 -- ARGV[2]: JSON [[request id, hot 0/1, tokens, input tokens, output tokens, ordered 0/1,
---                [models] or 0 for any, kind (optional)], ...]  (tokens are estimates
+--                [models] or 0 for any, kind (optional, null), on budget 1: wait (optional:
+--                over its budget, an ordered request's model is not passed: lib/budget.lua)
+--               ], ...]  (tokens are estimates
 --                until complete; tokens and output -1: input + the chosen model's learned
 --                output, for the kind if given; the lease records the kind: lib/kinds.lua)
 -- Reply per request: {'A', model, lease id, ttl ms, reused 0/1} | {'W', wait ms, reason}
@@ -47,6 +49,7 @@ local function reserve(st, req)
   st.live = st.live + 1
   st.head = nil
   model_add(st, lid, need)
+  budget_reserve(st.m, model_view(st.m).q, lid, need)
   NEW_LEASES[#NEW_LEASES + 1] = lid
   NEW_LEASES[#NEW_LEASES + 1] = lease_record(NOW, probe, req.rid, req.k)
   NEW_RIDS[#NEW_RIDS + 1], NEW_RIDS[#NEW_RIDS + 2] = req.rid, lid
@@ -76,7 +79,7 @@ local function decide(req)
     local m = names[k]
     if fair then m = next_fair(pool) end
     local view = model_view(m)
-    local bad = never_fits(view, need_for(view, req))
+    local bad = never_fits(view, need_for(view, req)) or budget_never(view.q, need_for(view, req))
     if bad then
       why[bad] = m
       redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)
@@ -85,6 +88,7 @@ local function decide(req)
       local st = load_model(m)
       if not rank then rank, queued = waiter_rank(req.rid, req.hot) end
       local wait, w = blocked(st, need_for(st, req), held_back(m, rank, req.rid, req.hot))
+      if wait == 0 then wait, w = budget_wait(m, view.q, need_for(st, req)) end
       if wait == 0 then
         local lid = reserve(st, req)
         if fair then fair_charge(m, st.q.w) end
@@ -92,10 +96,12 @@ local function decide(req)
         return {'A', m, lid, LEASE_TTL, 0}
       end
       if not best or wait < best then best, reason, on = wait, w, m end
+      if w == 'budget' and req.bw and not fair then break end
     end
   end
   if tried == 0 then
     if why.too_large then return {'E', 'too_large', why.too_large} end
+    if why.too_costly then return {'E', 'too_costly', why.too_costly} end
     return {'E', 'all_disabled', ''}
   end
   redis.call('HINCRBY', K_STATS, on .. '|waited', 1)
@@ -111,9 +117,10 @@ for k, r in ipairs(reqs) do
   local kind = nil
   if type(r[8]) == 'string' then kind = r[8] end
   out[k] = decide({rid = r[1], hot = r[2] == 1, s = r[3], i = r[4], o = r[5],
-                   ordered = r[6] == 1, ms = ms, k = kind})
+                   ordered = r[6] == 1, ms = ms, k = kind, bw = r[9] == 1})
 end
 for _, st in pairs(STATE) do model_flush(st) end
+budget_flush()
 if #NEW_LEASES > 0 then
   redis.call('HSET', K_LEASES, unpack(NEW_LEASES))
   redis.call('HSET', K_REQUESTS, unpack(NEW_RIDS))

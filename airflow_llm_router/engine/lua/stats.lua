@@ -8,6 +8,8 @@
 -- guard_ms: the guard in force (lib/guard.lua).
 -- kinds: the estimates learned per task kind (lib/kinds.lua), if any.
 -- excess: the mean tokens a call wrote past its reservation (added to engine estimates).
+-- spend: a priced model's current budget period, total: the router-wide one
+-- ({budget?, committed, reserved, period_ms, period_start_ms}, micro-dollars: lib/budget.lua).
 local names = cjson.decode(ARGV[2])
 if type(names) ~= 'table' then names = model_names() end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
@@ -29,11 +31,15 @@ for _, m in ipairs(names) do
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
               breaker = state, counters = counters, latency_ms = lat, share = st.share,
               guard_ms = st.guard, kinds = kinds_of(m), excess = st.xs}
+    out[m].spend = budget_view(m, model_view(m).q)
     if st.share < 1 then
       local q = st.q
       out[m].effective = {rpm = q.rpm, tpm = q.tpm, conc = q.conc, itpm = q.itpm, otpm = q.otpm}
     end
   end
 end
+local total = budget_total_view()
+budget_flush()
 if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end
-return cjson.encode({now = NOW, waiting = redis.call('ZCARD', K_WAITERS), models = out})
+return cjson.encode({now = NOW, waiting = redis.call('ZCARD', K_WAITERS), models = out,
+                     total = total})

@@ -15,6 +15,7 @@ from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from tests.conftest import REDIS_URL
+from tests.integration.plugins.conftest import quota_ui, tokens, ui  # noqa: F401 (fixtures)
 
 TOKEN = secrets.token_urlsafe(24)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -1,0 +1,46 @@
+"""Prices and budgets are part of the durable quota: stored in PostgreSQL, restored into a
+Redis that lost them, and enforced again from there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
+from airflow_llm_router.quotas import QuotaStore
+
+PRICED = {"rpm": 100, "tpm": 10**6, "max_concurrency": 10,
+          "input_micro_usd_per_mtok": 2_000_000, "output_micro_usd_per_mtok": 8_000_000,
+          "budget_micro_usd": 1_000, "budget_period_s": 366 * 86400}
+
+
+def test_prices_are_stored_restored_and_enforced(quota_store: QuotaStore, namespace: str,
+                                                 redis_url: str,
+                                                 lose_redis: Callable[[], int]) -> None:
+    quota_store.put("m", PRICED, actor="a")
+    stored = quota_store.get("m")
+    assert stored is not None and stored.quota.budget_micro_usd == 1_000
+    assert stored.quota.output_micro_usd_per_mtok == 8_000_000
+    assert lose_redis() > 0
+    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace,
+                                                             recovery_share=1.0),
+                                   quota_source=quota_store.quotas)
+    try:
+        # 50 in + 50 out = 100 + 400 micro-dollars: two calls fit the 1,000 budget
+        got = [client.admit(100, estimated_output_tokens=50, models=["m"]) for _ in range(3)]
+        assert [type(d) for d in got] == [Admission, Admission, Wait]
+        assert isinstance(got[2], Wait) and got[2].reason == "budget"
+        assert client.get_quota("m") == quota_store.quotas()["m"]
+        spend = client.stats().models["m"].spend
+        assert spend is not None and spend.reserved_micro_usd == 1_000
+    finally:
+        client.close()
+
+
+def test_a_patch_of_the_budget_keeps_the_prices(quota_store: QuotaStore,
+                                                router: RouterClient) -> None:
+    quota_store.put("m", PRICED, actor="a")
+    quota_store.patch("m", {"budget_micro_usd": 5_000}, actor="a")
+    quota = router.get_quota("m")
+    assert quota is not None
+    assert (quota.budget_micro_usd, quota.input_micro_usd_per_mtok) == (5_000, 2_000_000)
