@@ -1,4 +1,5 @@
-"""Task ingestion over HTTP (seed 004's edge endpoint): ``POST /tasks``, ``GET /tasks/{id}``.
+"""Task ingestion over HTTP (seed 004's edge endpoint): ``POST /tasks``, ``GET /tasks/{id}``,
+``POST /tasks/requeue``.
 
 Producers outside Airflow put tasks in the same PostgreSQL backlog the drains claim from:
 ``POST /tasks`` writes one or many tasks in one transaction through
@@ -13,7 +14,10 @@ Limits: at most :data:`MAX_TASKS_PER_POST` tasks and :data:`MAX_BODY_BYTES` byte
 (``max_prompt_chars``) and everything else :mod:`airflow_llm_router.store.validation`
 refuses: 422 naming the field (``tasks.3.prompt``), and nothing of the POST is written.
 ``GET /tasks/{id}`` answers the task's state without its prompt unless asked
-(``?include_prompt=true``); error messages never quote a prompt.
+(``?include_prompt=true``); error messages never quote a prompt. ``POST /tasks/requeue``
+moves dead-lettered tasks back to pending, by ids or by a filter, through
+:meth:`TaskStore.requeue` (the quota page's requeue: logged with the caller's name, bounded
+per call, notified to the drains).
 
 The task store is synchronous and holds one connection: its calls run in a worker thread,
 one at a time per store (each is one short transaction, a few milliseconds).
@@ -39,7 +43,9 @@ from airflow_llm_router.api.errors import invalid
 from airflow_llm_router.exceptions import TaskStoreError, TaskValidationError
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE
 from airflow_llm_router.store import TaskStore
+from airflow_llm_router.store.dead_letters import MAX_ERROR_FILTER_CHARS
 from airflow_llm_router.store.ingest import NewTask
+from airflow_llm_router.store.models import REQUEUE_MAX, DeadFilter
 from airflow_llm_router.store.validation import (
     MAX_ALLOWED_MODELS,
     MAX_ATTEMPTS,
@@ -210,9 +216,12 @@ async def task_store(request: Request) -> _Store:
 Store = Annotated[_Store, Depends(task_store)]
 
 
-def _refused(err: TaskValidationError) -> JSONResponse:
-    """The store's refusal as the shared 422: ``tasks[3].prompt`` becomes ``tasks.3.prompt``."""
+def _refused(err: TaskValidationError, under: str = "") -> JSONResponse:
+    """The store's refusal as the shared 422: ``tasks[3].prompt`` becomes ``tasks.3.prompt``
+    (and ``kind`` becomes ``matching.kind`` with ``under="matching"``)."""
     parts = re.findall(r"[^.\[\]]+", err.field)
+    if under:
+        parts = [under, *parts]
     message = str(err).removeprefix(f"{err.field}: ")
     return invalid([{"loc": ["body", *parts], "field": ".".join(parts),
                      "type": "value_error.task_store", "msg": message}])
@@ -253,3 +262,58 @@ async def get_task(task_id: TaskId, _: Reader, store: Store,
     if not include_prompt:
         data["prompt"] = None
     return TaskView.model_validate(data, from_attributes=False)
+
+
+class DeadMatch(BaseModel):
+    """Which dead tasks a requeue by filter means; every condition given must hold, none
+    given means every dead task."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=MAX_KIND_CHARS)] | None \
+        = Field(None, description="the task kind, exactly")
+    model: ModelName | None = Field(None, description=(
+        "tasks this model answered last, or that allow it"))
+    error_contains: Annotated[str, StringConstraints(
+        min_length=1, max_length=MAX_ERROR_FILTER_CHARS)] | None = Field(
+            None, description="a substring of last_error, case-insensitive")
+
+
+class RequeueBody(BaseModel):
+    """Either ``ids`` (these dead tasks) or ``matching`` (every dead task it matches,
+    oldest failure first, at most ``REQUEUE_MAX`` per call)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[Annotated[int, Field(strict=True, ge=1, le=_MAX_ID)]] | None = Field(
+        None, min_length=1, max_length=REQUEUE_MAX, description=f"1 to {REQUEUE_MAX} task ids")
+    matching: DeadMatch | None = Field(None, description="a filter instead of ids; {} is "
+                                       "every dead task")
+
+
+class Requeued(BaseModel):
+    """What a requeue did."""
+
+    requeued: int
+    ids: list[int] = Field(description="the tasks moved back to pending, ascending")
+    skipped: list[int] = Field(description="ids asked for that were not dead")
+    remaining: int = Field(description="matching dead tasks left for the next call")
+    max_per_call: int
+
+
+@router.post("/tasks/requeue", summary="Move dead tasks back to pending (by ids or a filter)",
+             response_model=Requeued, responses={**_BODY_LIMIT, 422: {"description": (
+                 "invalid, or both or neither of ids and matching (nothing changed)")}})
+async def requeue(body: RequeueBody, caller: Writer, store: Store) -> Any:
+    matching = None if body.matching is None else DeadFilter(
+        **body.matching.model_dump(exclude_none=True))
+
+    def move() -> Any:
+        return store.store.requeue(body.ids, matching=matching, actor=caller.name,
+                                   source="http-api")
+
+    try:
+        done = await store.run(move)
+    except TaskValidationError as err:
+        return _refused(err, "matching" if err.field in DeadMatch.model_fields else "")
+    return Requeued.model_validate(done.to_dict())

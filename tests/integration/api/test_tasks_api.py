@@ -255,3 +255,76 @@ async def test_an_app_without_a_store_answers_503(make_tasks_api: MakeTasksApi) 
     api = await make_tasks_api(with_store=False)
     response = await api.post("/tasks", json={"tasks": [{"prompt": "x"}]})
     assert response.status_code == 503 and "task store" in response.json()["detail"]
+
+
+def _dead(store: TaskStore, prompts: list[str], kind: str = "default") -> list[int]:
+    ids = store.enqueue(prompts, kind=kind)
+    for task in store.claim(len(ids), worker_id="w", claim_ttl_s=30):
+        assert store.fail(task.id, task.claim_token, error=f"backend 400 on {kind}",
+                          retryable=False) == "dead"
+    return ids
+
+
+async def test_requeue_by_ids_brings_dead_tasks_back_to_the_drain(
+        api: httpx.AsyncClient, store: TaskStore, pg_dsn: str) -> None:
+    dead = _dead(store, ["a", "b"])
+    (alive,) = store.enqueue(["still pending"])
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as listener:
+        await listener.execute(f'LISTEN "{store.notify_channel}"')
+        response = await api.post("/tasks/requeue", json={"ids": [*dead, alive]})
+        gen = listener.notifies(timeout=5)
+        note = await anext(gen)
+        await gen.aclose()
+    assert response.status_code == 200, response.text
+    assert response.json() == {"requeued": 2, "ids": dead, "skipped": [alive],
+                               "remaining": 0, "max_per_call": 10_000}
+    assert note.payload == "2"
+    view = (await api.get(f"/tasks/{dead[0]}")).json()
+    assert (view["status"], view["attempts"], view["last_error"]) == (
+        "pending", 0, "backend 400 on default")
+    (log,) = store.requeue_log(1)
+    assert (log.actor, log.source, log.requeued) == ("token", "http-api", 2)
+    claimed = store.claim(3, worker_id="w2", claim_ttl_s=30)
+    assert sorted(t.id for t in claimed) == sorted([*dead, alive])
+    assert all(store.complete(t.id, t.claim_token, answer="ok", model="m") for t in claimed)
+
+
+async def test_requeue_by_filter_moves_only_what_matches(api: httpx.AsyncClient,
+                                                         store: TaskStore) -> None:
+    summaries = _dead(store, ["s1", "s2"], kind="summary")
+    essays = _dead(store, ["e1"], kind="essay")
+    response = await api.post("/tasks/requeue", json={"matching": {"kind": "summary"}})
+    assert response.json()["ids"] == summaries and response.json()["remaining"] == 0
+    assert store.counts() == {"pending": 2, "claimed": 0, "solved": 0, "dead": 1}
+    everything = await api.post("/tasks/requeue", json={"matching": {}})
+    assert everything.json()["ids"] == essays
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "ids"),
+        ({"ids": [1], "matching": {}}, "ids"),
+        ({"ids": []}, "ids"),
+        ({"ids": [0]}, "ids.0"),
+        ({"ids": ["1"]}, "ids.0"),
+        ({"matching": {"kind": "line\nbreak"}}, "matching.kind"),  # the store's check
+        ({"matching": {"model": "bad{x}"}}, "matching.model"),
+        ({"matching": {"error_contains": ""}}, "matching.error_contains"),
+        ({"matching": {"colour": "red"}}, "matching.colour"),
+    ],
+)
+async def test_bad_requeues_answer_422_naming_the_field(
+        api: httpx.AsyncClient, store: TaskStore, body: dict[str, Any], field: str) -> None:
+    _dead(store, ["x"])
+    response = await api.post("/tasks/requeue", json=body)
+    assert response.status_code == 422, response.text
+    assert _field(response) == field
+    assert store.counts()["dead"] == 1
+
+
+async def test_requeue_needs_the_token(api: httpx.AsyncClient, store: TaskStore) -> None:
+    dead = _dead(store, ["x"])
+    response = await api.post("/tasks/requeue", json={"ids": dead},
+                              headers={"Authorization": "Bearer nope"})
+    assert response.status_code == 401 and store.counts()["dead"] == 1
