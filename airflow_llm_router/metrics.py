@@ -22,8 +22,17 @@ name                                      type     when
                                                    less: learned from the provider's 429s)
 ``llm_router.guard_ms.<model>``           gauge    how long past its window an admission
                                                    counts (ms; widened by late arrivals)
+``llm_router.spend_micro_usd.<model>``    gauge    a priced model's spend this budget period:
+                                                   settled + reserved, micro-dollars
+``llm_router.budget_used_pct.<model>``    gauge    that spend / its budget, percent (only
+                                                   with a budget)
+``llm_router.total_spend_micro_usd``      gauge    every priced model's spend together, in
+                                                   the router-wide budget's period
+``llm_router.total_budget_used_pct``      gauge    that / the router-wide budget, percent
 ``llm_router.waiting``                    gauge    requests waiting for capacity
 ========================================  =======  ==========================================
+
+Waits for a spent budget count as ``llm_router.waits.budget`` (docs/budgets.md).
 
 Gauges are sent whenever stats are read: by the solver's progress loop while it runs and by
 the quota API. A metric never raises: a broken metrics backend must not stop solving.
@@ -34,7 +43,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_llm_router.engine.stats import RouterStats
+from airflow_llm_router.engine.stats import RouterStats, SpendStats
 
 __all__ = ["admitted", "errored", "rate_limited", "usage", "waited"]
 
@@ -119,3 +128,16 @@ def usage(stats: RouterStats) -> None:
         if m.quota is not None:
             _emit("gauge", "rpm_used_pct", 100.0 * m.requests / m.quota.rpm, model=name)
             _emit("gauge", "tpm_used_pct", 100.0 * m.tokens / m.quota.tpm, model=name)
+        _spend_gauges(m.spend, "spend_micro_usd", "budget_used_pct", name)
+    _spend_gauges(stats.total_spend, "total_spend_micro_usd", "total_budget_used_pct")
+
+
+def _spend_gauges(spend: SpendStats | None, spent: str, used_pct: str,
+                  model: str | None = None) -> None:
+    """A budget period's spend (settled + reserved) and its share of the budget, if any."""
+    if spend is None:
+        return
+    _emit("gauge", spent, spend.committed_micro_usd, model=model)
+    if spend.budget_micro_usd:
+        _emit("gauge", used_pct, 100.0 * spend.committed_micro_usd / spend.budget_micro_usd,
+              model=model)

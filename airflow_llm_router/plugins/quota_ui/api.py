@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Res
 
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.quota import MODEL_NAME_RE, ModelQuota
-from airflow_llm_router.engine.stats import ModelStats, RouterStats
+from airflow_llm_router.engine.stats import ModelStats, RouterStats, SpendStats
 from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError, QuotaValidationError
 from airflow_llm_router.plugins.quota_ui.auth import Editor, Reader
 from airflow_llm_router.plugins.quota_ui.bodies import (
@@ -17,6 +17,7 @@ from airflow_llm_router.plugins.quota_ui.bodies import (
     QuotaList,
     QuotaPatch,
     QuotaView,
+    SpendView,
     Usage,
 )
 from airflow_llm_router.plugins.quota_ui.service import QuotaService, ServiceUnavailable
@@ -50,7 +51,17 @@ def _usage(m: ModelStats | None, quota: ModelQuota) -> Usage | None:
                  rpm_pct=_pct(m.requests, quota.rpm), tpm_pct=_pct(m.tokens, quota.tpm),
                  concurrency_pct=_pct(m.in_flight, quota.max_concurrency),
                  cooldown_ms=m.cooldown_ms, breaker=m.breaker, limit_share=m.limit_share,
-                 effective=m.effective, guard_ms=m.guard_ms)
+                 effective=m.effective, guard_ms=m.guard_ms, spend=_spend(m.spend))
+
+
+def _spend(s: SpendStats | None) -> SpendView | None:
+    if s is None:
+        return None
+    pct = (None if s.budget_micro_usd is None
+           else round(100.0 * s.committed_micro_usd / max(1, s.budget_micro_usd), 1))
+    return SpendView(budget_micro_usd=s.budget_micro_usd, settled_micro_usd=s.settled_micro_usd,
+                     reserved_micro_usd=s.reserved_micro_usd, spend_pct=pct,
+                     period_s=s.period_s, period_start_ms=s.period_start_ms)
 
 
 def _view(record: QuotaRecord, stats: RouterStats) -> QuotaView:
@@ -102,7 +113,8 @@ def list_quotas(_: Reader, svc: Service) -> QuotaList:
     views = [_view(r, stats) for r in records] + [
         _router_only(m) for name, m in stats.models.items()
         if name not in stored and m.quota is not None]
-    return QuotaList(models=views, waiting=stats.waiting, now_ms=stats.now_ms)
+    return QuotaList(models=views, waiting=stats.waiting, now_ms=stats.now_ms,
+                     total_spend=_spend(stats.total_spend))
 
 
 @router.get("/quotas/{model:path}", summary="One model's quota with its live usage",

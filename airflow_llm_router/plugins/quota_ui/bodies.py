@@ -26,6 +26,22 @@ def _patch_model() -> type[BaseModel]:
 QuotaPatch = _patch_model()
 
 
+class SpendView(BaseModel):
+    """Spend in the current budget period, in micro-dollars (docs/budgets.md)."""
+
+    #: None: no budget set (spend is tracked all the same)
+    budget_micro_usd: int | None
+    #: the settled cost of the calls completed in the period
+    settled_micro_usd: int
+    #: the estimated cost reserved by the period's calls still in flight
+    reserved_micro_usd: int
+    #: (settled + reserved) / budget, percent; None without a budget
+    spend_pct: float | None
+    period_s: float
+    #: when the period began (ms, the router's clock)
+    period_start_ms: int
+
+
 class Usage(BaseModel):
     """A model's current window against its targets (the router's view)."""
 
@@ -44,6 +60,8 @@ class Usage(BaseModel):
     #: how long past its window an admission keeps counting (ms): the base guard, or more
     #: while calls are measured reaching the provider late (docs/engine.md, "Guard")
     guard_ms: int = 0
+    #: a priced model's spend this budget period; None for an unpriced model
+    spend: SpendView | None = None
 
 
 class QuotaView(BaseModel):
@@ -66,6 +84,8 @@ class QuotaList(BaseModel):
     models: list[QuotaView]
     waiting: int
     now_ms: int
+    #: every priced model's spend together against the router-wide budget (if one is set)
+    total_spend: SpendView | None = None
 
 
 class ChangeView(BaseModel):

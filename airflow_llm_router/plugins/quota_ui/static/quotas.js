@@ -57,6 +57,22 @@ function showBar(b, used, limit, pct) {
   b.value.textContent = `${used.toLocaleString()} / ${limit.toLocaleString()}`;
 }
 
+// A priced model's spend this budget period (settled + reserved) against its budget;
+// hidden for an unpriced model. Amounts come in micro-dollars and show in dollars.
+function showSpend(b, spend) {
+  b.node.style.display = spend ? "" : "none"; // .bar's display: grid outranks [hidden]
+  if (!spend) return;
+  const usd = (micro) => "$" + (micro / 1e6).toLocaleString(undefined,
+    { minimumFractionDigits: 2, maximumFractionDigits: 4 });
+  const spent = spend.settled_micro_usd + spend.reserved_micro_usd;
+  showBar(b, 0, 0, spend.spend_pct);
+  b.value.textContent = spend.budget_micro_usd == null ? `${usd(spent)} (no budget)`
+    : `${usd(spent)} / ${usd(spend.budget_micro_usd)}`;
+  b.node.title = `settled ${usd(spend.settled_micro_usd)} + reserved `
+    + `${usd(spend.reserved_micro_usd)} by calls in flight, in the budget period of `
+    + `${spend.period_s} s that began ${new Date(spend.period_start_ms).toLocaleString()}`;
+}
+
 function readInput(field, input) {
   if (field.kind === "bool") return input.checked;
   const text = input.value.trim();
@@ -91,12 +107,14 @@ function createRow(model) {
     errors[f.name] = error;
     return el("td", {}, input, error);
   });
-  const bars = { rpm: bar("requests"), tpm: bar("tokens"), conc: bar("in flight") };
+  const bars = { rpm: bar("requests"), tpm: bar("tokens"), conc: bar("in flight"),
+                 spend: bar("spend") };
+  bars.spend.node.dataset.spend = "1";
   const save = el("button", { class: "save", type: "button", disabled: true }, "Save");
   const message = el("div", { class: "row-message", role: "status" });
   const name = el("td", { class: "model" }, model, el("small"));
   const tr = el("tr", { "data-model": model }, name, ...cells,
-    el("td", {}, bars.rpm.node, bars.tpm.node, bars.conc.node), el("td", {}, save, message));
+    el("td", {}, bars.rpm.node, bars.tpm.node, bars.conc.node, bars.spend.node), el("td", {}, save, message));
   const row = { tr, inputs, errors, bars, save, message, name, quota: null };
   for (const input of Object.values(inputs)) {
     input.addEventListener("input", () => refreshDirty(row));
@@ -122,6 +140,7 @@ function renderRow(view) {
   showBar(row.bars.rpm, u.requests, view.quota.rpm, u.rpm_pct);
   showBar(row.bars.tpm, u.tokens, view.quota.tpm, u.tpm_pct);
   showBar(row.bars.conc, u.in_flight, view.quota.max_concurrency, u.concurrency_pct);
+  showSpend(row.bars.spend, u.spend);
   const small = row.name.querySelector("small");
   small.textContent = `window ${view.quota.window_s} s`;
   if (u.cooldown_ms > 0) small.append(el("span", { class: "badge bad" }, "cooldown"));
