@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from redis.exceptions import RedisError
 
 from airflow_llm_router import __version__
-from airflow_llm_router.api import admission, auth, tasks
+from airflow_llm_router.api import admission, tasks
 from airflow_llm_router.api.auth import Access, Reader
 from airflow_llm_router.api.errors import validation_handler
 from airflow_llm_router.api.sources import Lazy, Unavailable
@@ -58,8 +58,7 @@ def create_app(*, access: Access, router: Lazy[AsyncRouterClient],
                   "heartbeat, advice), and task ingestion.")
     app.state.router = router
     app.state.task_store = task_store
-    app.dependency_overrides[auth.reader] = access.reader
-    app.dependency_overrides[auth.writer] = access.writer
+    access.install(app)
     app.include_router(admission.router)
     app.include_router(tasks.router)
     app.add_exception_handler(RequestValidationError, validation_handler())
