@@ -182,8 +182,10 @@ class RouterCore:
         yield Script("set_budget", ("" if budget is None else budget.to_redis(),))
 
     def get_budget(self) -> Step[RouterBudget | None]:
-        raw = yield Command(("GET", self.keys.router("K_BUDGET")))
-        return None if raw is None else RouterBudget.from_redis(raw)
+        b, per = yield Command(("HMGET", self.keys.router("K_SPEND"), "*|b", "*|per"))
+        if b is None:
+            return None
+        return RouterBudget(budget_micro_usd=int(b), budget_period_s=int(per) / 1000)
 
     # -- admission --------------------------------------------------------------------
 

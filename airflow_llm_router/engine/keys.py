@@ -42,12 +42,11 @@ ROUTER_KEYS: dict[str, str] = {
     # HASH model -> learned output tokens per call (P95 of recent);
     #      "<model>|lat" -> learned latency per call, ms (EWMA of released 'ok' calls)
     "K_EST": "estimates",
-    # STRING the router-wide spend budget JSON {b: micro-dollars, per: period ms}; absent:
-    #        no total budget, total spend is still tracked per UTC day (lib/budget.lua)
-    "K_BUDGET": "budget",
-    # HASH lease id -> "<reserved micro-dollars>:<in price>:<out price>:<model period
-    #      start ms>:<total period start ms>", for leases of priced models (lib/budget.lua)
-    "K_LCOST": "leasecost",
+    # HASH spend per budget period of each priced model and of the router-wide total ('*'):
+    #      "<owner>|s|c|r" current period start ms, committed and reserved micro-dollars,
+    #      "<owner>|ps|pc|pr" the period before; "*|b", "*|per" the router-wide budget
+    #      (micro-dollars, period ms; absent: none, the total is kept per UTC day)
+    "K_SPEND": "spend",
 }
 
 #: Per-model keys: Lua function name -> key infix (the model name follows it).
@@ -60,10 +59,6 @@ MODEL_KEYS: dict[str, str] = {
     # HASH per task kind: "o|<kind>" output estimate, "l|<kind>" latency ms, "n|<kind>"
     #      outputs observed, "t|<kind>" last seen ms (bounded, expiring: lib/kinds.lua)
     "K_KIND": "kinds:",
-    # HASH spend of one budget period, "spend:<model>|<period start ms>" ("*" for the
-    #      router-wide total): c committed micro-dollars (settled + reserved), r reserved
-    #      by calls in flight; expires a period after its own (lib/budget.lua)
-    "K_SPEND": "spend:",
 }
 
 RELEASED_CHANNEL = "released"

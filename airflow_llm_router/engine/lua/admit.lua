@@ -49,9 +49,9 @@ local function reserve(st, req)
   st.live = st.live + 1
   st.head = nil
   model_add(st, lid, need)
-  budget_reserve(st.m, model_view(st.m).q, lid, need)
+  local cost = budget_reserve(st.m, model_view(st.m).q, need)  -- lib/budget.lua
   NEW_LEASES[#NEW_LEASES + 1] = lid
-  NEW_LEASES[#NEW_LEASES + 1] = lease_record(NOW, probe, req.rid, req.k)
+  NEW_LEASES[#NEW_LEASES + 1] = lease_record(NOW, probe, req.rid, req.k, cost)
   NEW_RIDS[#NEW_RIDS + 1], NEW_RIDS[#NEW_RIDS + 2] = req.rid, lid
   ADMITTED[req.rid] = lid
   return lid
@@ -79,7 +79,7 @@ local function decide(req)
     local m = names[k]
     if fair then m = next_fair(pool) end
     local view = model_view(m)
-    local bad = never_fits(view, need_for(view, req)) or budget_never(view.q, need_for(view, req))
+    local bad = never_fits(view, need_for(view, req)) or budget_never(m, view.q, need_for(view, req))
     if bad then
       why[bad] = m
       redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)

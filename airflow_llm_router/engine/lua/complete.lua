@@ -18,7 +18,6 @@
 -- (the common case: every outcome 'ok'); a model with a 429 or an error in the batch has
 -- its outcomes recorded one by one, in order, as the breaker's count depends on it.
 local items = cjson.decode(ARGV[2])
-budget_settle(items)  -- lib/budget.lua: spend moves from the reservation to the actual
 
 -- Window entries of these leases get their actual tokens; the window totals move by actual
 -- minus estimate. One read and one write. Returns lease id -> whether it is in the window.
@@ -62,6 +61,7 @@ do
     end
   end
 end
+budget_settle(items, RECORDS)  -- lib/budget.lua: spend moves from the reservation to the actual
 
 -- The items of each model, in order; a lease id given twice is settled once (its second
 -- mention is answered like a lease already released).

@@ -3,9 +3,10 @@
 -- ARGV[2]: budget JSON {b: micro-dollars per period, per: period ms}, or '' to clear it.
 -- Reply: 1.
 if ARGV[2] == '' then
-  redis.call('DEL', K_BUDGET)
+  redis.call('HDEL', K_SPEND, '*|b', '*|per')
 else
-  redis.call('SET', K_BUDGET, ARGV[2])
+  local b = cjson.decode(ARGV[2])
+  redis.call('HSET', K_SPEND, '*|b', int(b.b), '*|per', int(b.per))
 end
 redis.call('PUBLISH', CHANNEL, 'budget')
 return 1

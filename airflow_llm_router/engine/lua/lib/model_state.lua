@@ -20,7 +20,7 @@ local function reclaim(m)
   end
   redis.call('ZREM', live, unpack(gone))
   redis.call('HDEL', K_LEASES, unpack(gone))
-  budget_expire(gone)  -- lib/budget.lua: an expired lease's spend stays its reservation
+  budget_expire(gone, infos)  -- lib/budget.lua: an expired lease's spend stays its reservation
   redis.call('HINCRBY', K_STATS, m .. '|expired', #gone)
   RELEASED = true
 end

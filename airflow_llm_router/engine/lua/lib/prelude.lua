@@ -33,19 +33,25 @@ end
 
 -- A lease's record in K_LEASES: "<admitted ms>:<probe 0/1>:<request id>", then "\31<kind>"
 -- when admitted with a task kind (a string, not JSON: encoding and decoding it is a pattern
--- match, on the path of every admission; kinds are printable, request ids hold no \31).
-local function lease_record(t, probe, rid, kind)
-  if kind then return int(t) .. ':' .. probe .. ':' .. rid .. '\31' .. kind end
-  return int(t) .. ':' .. probe .. ':' .. rid
+-- match, on the path of every admission; kinds are printable, request ids hold no \31),
+-- then "\30<cost>" for a priced model (its reservation: lib/budget.lua; no \30 either).
+local function lease_record(t, probe, rid, kind, cost)
+  local rec = int(t) .. ':' .. probe .. ':' .. rid
+  if kind then rec = rec .. '\31' .. kind end
+  if cost then rec = rec .. '\30' .. cost end
+  return rec
 end
 
--- {t = admitted ms, p = 1 for a breaker probe, r = request id, k = kind or nil}; reads the
--- JSON records of earlier versions too (a lease lives one TTL, so they are gone after an
--- upgrade).
+-- {t = admitted ms, p = 1 for a breaker probe, r = request id, k = kind or nil,
+-- c = cost record or nil}; reads the JSON records of earlier versions too (a lease lives
+-- one TTL, so they are gone after an upgrade).
 local function lease_fields(info)
+  local c = nil
+  local base, cost = string.match(info, '^([^\30]*)\30(.*)$')
+  if base then info, c = base, cost end
   local t, p, r, k = string.match(info, '^(%d+):([01]):([^\31]*)\31(.*)$')
-  if t then return {t = tonumber(t), p = tonumber(p), r = r, k = k} end
+  if t then return {t = tonumber(t), p = tonumber(p), r = r, k = k, c = c} end
   t, p, r = string.match(info, '^(%d+):([01]):(.*)$')
-  if t then return {t = tonumber(t), p = tonumber(p), r = r} end
+  if t then return {t = tonumber(t), p = tonumber(p), r = r, c = c} end
   return cjson.decode(info)
 end
