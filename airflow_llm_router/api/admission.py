@@ -171,7 +171,8 @@ Client = Annotated[AsyncRouterClient, Depends(client)]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "no such lease (heartbeat: it expired, its slot was freed, or it "
           "was completed)"}}
-_REJECTED_FIELD = {"too_large": "estimated_tokens"}
+#: the body field to change for each rejection reason (others: ``models``)
+_REJECTED_FIELD = {"too_large": "estimated_tokens", "too_costly": "estimated_tokens"}
 
 
 def _rejected(rejection: Rejection) -> Any:

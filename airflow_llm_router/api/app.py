@@ -15,14 +15,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from airflow_llm_router import __version__
-from airflow_llm_router.api import admission, tasks
-from airflow_llm_router.api.auth import Access, Reader
+from airflow_llm_router.api import admission, auth, tasks
+from airflow_llm_router.api.auth import Access
 from airflow_llm_router.api.errors import validation_handler
+from airflow_llm_router.api.openapi import serve_openapi
 from airflow_llm_router.api.sources import Lazy, Unavailable
 from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.exceptions import ReplicationLagError
@@ -65,13 +65,5 @@ def create_app(*, access: Access, router: Lazy[AsyncRouterClient],
     for error in (Unavailable, RedisError, ReplicationLagError):
         app.add_exception_handler(error, _unavailable)
 
-    @app.get("/openapi.json", include_in_schema=False)
-    def openapi(_: Reader) -> dict[str, Any]:
-        return app.openapi()
-
-    @app.get("/docs", include_in_schema=False)
-    def docs(request: Request, _: Reader) -> HTMLResponse:
-        root = request.scope.get("root_path", "").rstrip("/")
-        return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=app.title)
-
+    serve_openapi(app, auth.reader)
     return app

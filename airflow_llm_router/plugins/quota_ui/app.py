@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse
 
 from airflow_llm_router import __version__
 from airflow_llm_router.api.errors import validation_handler
+from airflow_llm_router.api.openapi import serve_openapi
 from airflow_llm_router.engine.quota import field_hint
 from airflow_llm_router.plugins.quota_ui import api, backlog, page
-from airflow_llm_router.plugins.quota_ui.auth import Reader
+from airflow_llm_router.plugins.quota_ui.auth import can_read
 from airflow_llm_router.plugins.quota_ui.service import LazyService, QuotaService
 
 URL_PREFIX = "/llm-router"
@@ -48,13 +46,5 @@ def create_app(service_factory: Callable[[], QuotaService] | None = None) -> Fas
     app.include_router(page.router)
     app.add_exception_handler(RequestValidationError, _invalid)
 
-    @app.get("/openapi.json", include_in_schema=False)
-    def openapi(_: Reader) -> dict[str, Any]:
-        return app.openapi()
-
-    @app.get("/docs", include_in_schema=False)
-    def docs(request: Request, _: Reader) -> HTMLResponse:
-        root = request.scope.get("root_path", "").rstrip("/")
-        return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=app.title)
-
+    serve_openapi(app, can_read)
     return app
