@@ -151,13 +151,19 @@ async def test_advice(api: httpx.AsyncClient, engine: RouterClient) -> None:
         == "backlog"
 
 
+PRICED = {"input_micro_usd_per_mtok": 1_000_000, "output_micro_usd_per_mtok": 1_000_000,
+          "budget_micro_usd": 500}
+
+
 @pytest.mark.parametrize(("body", "field"), [
     ({"estimated_tokens": 100, "models": ["ghost"]}, "models"),
     ({"estimated_tokens": 5000, "models": ["m"]}, "estimated_tokens"),
+    ({"estimated_tokens": 800, "models": ["priced"]}, "estimated_tokens"),
 ])
 async def test_impossible_requests_fail_fast_naming_the_field(
         api: httpx.AsyncClient, engine: RouterClient, body: dict[str, Any], field: str) -> None:
     engine.set_quota("m", {**ROOMY, "tpm": 1000})
+    engine.set_quota("priced", {**ROOMY, **PRICED})  # 800 tokens cost 800 > 500 micro-USD
     response = await api.post("/schedule", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["field"] == field
