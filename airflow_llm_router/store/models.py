@@ -178,7 +178,7 @@ class Reclaimed:
 #: Most rows a status is counted up to in :class:`BacklogSummary` (each count reads at most
 #: this many index entries, so the summary stays cheap however long the history grows);
 #: a status at the cap is reported with ``capped`` and its count is a lower bound.
-COUNT_CAP = 1_000_000
+COUNT_CAP = 100_000
 #: The throughput of :class:`BacklogSummary` counts tasks solved over this many seconds.
 THROUGHPUT_WINDOW_S = 300
 #: Most dead tasks one :meth:`TaskStore.requeue` call moves (by ids or by filter); the

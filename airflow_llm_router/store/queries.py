@@ -359,18 +359,13 @@ class BacklogQueries:
 
     @classmethod
     def build(cls, names: TableNames) -> BacklogQueries:
-        def compose(template: str) -> sql.Composed:
-            return sql.SQL(template).format(
-                tasks=names.tasks, log=requeue_log_table(names),
-                dead_filter=sql.SQL(_DEAD_FILTER), requeue_set=sql.SQL(_REQUEUE_SET))
-
-        return cls(
-            status_counts=compose(_STATUS_COUNTS),
-            pending_age_and_rate=compose(_PENDING_AGE_AND_RATE),
-            dead_page=compose(_DEAD_PAGE),
-            dead_count=compose(_DEAD_COUNT),
-            requeue_ids=compose(_REQUEUE_IDS),
-            requeue_filter=compose(_REQUEUE_FILTER),
-            requeue_log=compose(_REQUEUE_LOG),
-            requeue_log_read=compose(_REQUEUE_LOG_READ),
-        )
+        parts = {"tasks": names.tasks, "log": requeue_log_table(names),
+                 "dead_filter": sql.SQL(_DEAD_FILTER), "requeue_set": sql.SQL(_REQUEUE_SET)}
+        templates = {
+            "status_counts": _STATUS_COUNTS, "pending_age_and_rate": _PENDING_AGE_AND_RATE,
+            "dead_page": _DEAD_PAGE, "dead_count": _DEAD_COUNT, "requeue_ids": _REQUEUE_IDS,
+            "requeue_filter": _REQUEUE_FILTER, "requeue_log": _REQUEUE_LOG,
+            "requeue_log_read": _REQUEUE_LOG_READ,
+        }
+        return cls(**{name: sql.SQL(template).format(**parts)
+                      for name, template in templates.items()})

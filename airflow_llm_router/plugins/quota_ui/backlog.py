@@ -22,15 +22,18 @@ from airflow_llm_router.plugins.quota_ui.auth import Editor, Reader
 from airflow_llm_router.plugins.quota_ui.bodies import (
     BacklogView,
     DeadPageView,
-    DeadTaskView,
     RequeueBody,
-    RequeueRecordView,
     RequeueView,
 )
 from airflow_llm_router.plugins.quota_ui.service import QuotaService
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.store.dead_letters import MAX_ERROR_FILTER_CHARS
-from airflow_llm_router.store.models import DEAD_OFFSET_MAX, DEAD_PAGE_MAX, DeadFilter
+from airflow_llm_router.store.models import (
+    DEAD_OFFSET_MAX,
+    DEAD_PAGE_MAX,
+    DeadFilter,
+    RequeueRecord,
+)
 
 router = APIRouter(prefix="/api/backlog", tags=["LLM task backlog"])
 
@@ -92,7 +95,7 @@ def dead(_: Reader, svc: Service,
     matching = DeadFilter(kind=kind, model=model, error_contains=error)
     page = _call(svc, lambda store: store.dead_tasks(limit=limit, offset=offset,
                                                      matching=matching))
-    return DeadPageView(tasks=[DeadTaskView(**t.to_dict()) for t in page.tasks],
+    return DeadPageView(tasks=page.tasks,
                         total=page.total, total_capped=page.total_capped,
                         limit=page.limit, offset=page.offset)
 
@@ -124,6 +127,5 @@ def requeue(body: RequeueBody, user: Editor, svc: Service) -> RequeueView:
 
 @router.get("/requeues", summary="The latest requeues, newest first: who, when, what")
 def requeues(_: Reader, svc: Service,
-             limit: Annotated[int, Query(ge=1, le=1000)] = 20) -> list[RequeueRecordView]:
-    return [RequeueRecordView(**r.to_dict())
-            for r in _call(svc, lambda store: store.requeue_log(limit))]
+             limit: Annotated[int, Query(ge=1, le=1000)] = 20) -> list[RequeueRecord]:
+    return _call(svc, lambda store: store.requeue_log(limit))

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE
 from airflow_llm_router.store.dead_letters import MAX_ERROR_FILTER_CHARS
-from airflow_llm_router.store.models import REQUEUE_MAX
+from airflow_llm_router.store.models import REQUEUE_MAX, DeadTask
 
 
 def _patch_model() -> type[BaseModel]:
@@ -133,29 +133,13 @@ class BacklogView(BaseModel):
     eta_s: float | None
 
 
-class DeadTaskView(BaseModel):
-    """A dead-lettered task: never its prompt; ``last_error`` cut to a few hundred
-    characters."""
-
-    model_config = ConfigDict(protected_namespaces=())
-
-    id: int
-    kind: str
-    priority: str
-    attempts: int
-    max_attempts: int
-    last_error: str | None
-    model: str | None
-    allowed_models: list[str] | None
-    created_at: str
-    updated_at: str
-
-
 class DeadPageView(BaseModel):
     """One page of dead tasks, newest failure first; ``total`` matching in all (counted up
     to a cap: ``total_capped``)."""
 
-    tasks: list[DeadTaskView]
+    #: id, kind, priority, attempts, max_attempts, last_error (cut), model, allowed_models,
+    #: created_at, updated_at: never the prompt
+    tasks: list[DeadTask]
     total: int
     total_capped: bool
     limit: int
@@ -190,14 +174,3 @@ class RequeueView(BaseModel):
     skipped: list[int]
     remaining: int
     max_per_call: int
-
-
-class RequeueRecordView(BaseModel):
-    id: int
-    at: str
-    actor: str
-    source: str
-    request: dict[str, Any]
-    requeued: int
-    skipped: int
-    remaining: int

@@ -14,7 +14,8 @@ from airflow_llm_router.plugins.quota_ui.auth import CSRF_HEADER, Reader
 router = APIRouter(tags=["LLM quotas page"])
 
 _STATIC = files("airflow_llm_router.plugins.quota_ui") / "static"
-_ASSETS = {"quotas.js": "text/javascript", "quotas.css": "text/css"}
+_ASSETS = {"quotas.js": "text/javascript", "quotas.css": "text/css",
+           "models.js": "text/javascript", "backlog.js": "text/javascript"}
 #: The page refreshes usage this often (ms).
 REFRESH_MS = 3000
 

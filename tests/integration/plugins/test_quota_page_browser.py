@@ -175,3 +175,208 @@ def test_edit_rpm_in_the_airflow_ui(ui: QuotaUiStack, tokens: dict[str, str],
     shot.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
+
+
+# --- the backlog panel, adding and deleting models, search and paging ----------------------
+
+from airflow_llm_router.exceptions import ImpossibleRequestError  # noqa: E402
+from airflow_llm_router.quotas import QuotaStore  # noqa: E402
+from airflow_llm_router.store import TaskStore  # noqa: E402
+from tests.conftest import POSTGRES_DSN  # noqa: E402
+from tests.integration.plugins.backlog_fixtures import kill, tasks  # noqa: E402, F401
+
+
+def screenshot_path(tmp_path: Path, name: str) -> Path:
+    """``$LLMR_SCREENSHOT_DIR/<name>`` (``docs/img`` re-makes the docs' pictures), else a
+    temporary file."""
+    folder = Path(os.environ.get("LLMR_SCREENSHOT_DIR") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
+
+
+def viewport_shot(driver: WebDriver, element_id: str, path: Path) -> None:
+    """Scroll the page (inside the UI's iframe) to ``element_id`` and save the whole
+    window, Airflow's navigation included."""
+    driver.execute_script(f"document.getElementById('{element_id}').scrollIntoView()")
+    driver.switch_to.default_content()
+    assert driver.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+    frame = driver.find_element(By.CSS_SELECTOR, "iframe[src*='/llm-router/ui']")
+    driver.switch_to.frame(frame)
+
+
+# Read in one script call: the panel redraws every few seconds, so an element found by
+# one WebDriver call may be gone by the next.
+def card(driver: WebDriver, name: str) -> str:
+    return str(driver.execute_script(
+        "const v = document.querySelector(`[data-card='${arguments[0]}'] .value`);"
+        "return v ? v.textContent : '';", name))
+
+
+def dead_rows(driver: WebDriver) -> list[int]:
+    return [int(i) for i in driver.execute_script(
+        "return [...document.querySelectorAll('#dead tbody tr')].map(r => r.dataset.task);")]
+
+
+def accept_confirm(driver: WebDriver) -> str:
+    """Confirm the page's inline question (the UI's sandboxed iframe blocks confirm())."""
+    box = wait(driver, "the confirmation", ec.visibility_of_element_located(
+        (By.CSS_SELECTOR, ".confirm")))
+    text = str(box.text)
+    box.find_element(By.CSS_SELECTOR, "button.danger").click()
+    return text
+
+
+def filter_dead(driver: WebDriver, error: str) -> None:
+    box = driver.find_element(By.CSS_SELECTOR, "#dead-filter input[name='error']")
+    box.clear()
+    box.send_keys(error)
+    driver.find_element(By.CSS_SELECTOR, "#dead-filter button[type=submit]").click()
+
+
+def test_backlog_panel_shows_dead_tasks_and_requeues_them_until_solved(
+        ui: QuotaUiStack, browser: WebDriver, tasks: TaskStore,  # noqa: F811
+        tmp_path: Path) -> None:
+    overloaded = kill(tasks, 3, error="HTTP 503 from the backend: overloaded",
+                      kind="summarise")
+    timeouts = kill(tasks, 2, error="Timeout after 120 s on gpt-large", kind="classify",
+                    priority="hot")
+    tasks.enqueue([f"waiting prompt {i}" for i in range(4)])
+
+    log_in(browser, ui, "op")
+    open_quotas_page(browser)
+    wait(browser, "5 dead tasks", lambda d: card(d, "Dead") == "5")
+    assert card(browser, "Pending") == "4"
+    wait(browser, "the dead-letter list", lambda d: sorted(dead_rows(d))
+         == sorted(overloaded + timeouts))
+    first = str(browser.execute_script(
+        f"return document.querySelector(\"tr[data-task='{timeouts[-1]}']\").innerText;"))
+    assert "Timeout after 120 s" in first and "classify" in first and "hot" in first
+    assert "prompt" not in browser.find_element(By.ID, "backlog").text
+    viewport_shot(browser, "backlog", screenshot_path(tmp_path, "backlog.png"))
+
+    # requeue all matching a filter: the two timeouts go back to pending
+    filter_dead(browser, "timeout")
+    wait(browser, "the filtered list", lambda d: sorted(dead_rows(d)) == timeouts)
+    browser.find_element(By.ID, "requeue-matching").click()
+    assert "Requeue all 2 dead tasks matching the filter" in accept_confirm(browser)
+    wait(browser, "the requeue message", lambda d: d.find_element(
+        By.ID, "requeue-message").text.startswith("Requeued 2"))
+    wait(browser, "3 dead, 6 pending", lambda d: (card(d, "Dead"), card(d, "Pending"))
+         == ("3", "6"))
+
+    # requeue one selected task
+    filter_dead(browser, "")
+    wait(browser, "the unfiltered list", lambda d: sorted(dead_rows(d)) == overloaded)
+    browser.find_element(By.CSS_SELECTOR, f"tr[data-task='{overloaded[0]}'] input").click()
+    browser.find_element(By.ID, "requeue-selected").click()
+    wait(browser, "the second requeue", lambda d: d.find_element(
+        By.ID, "requeue-message").text.startswith("Requeued 1"))
+    wait(browser, "2 dead", lambda d: card(d, "Dead") == "2")
+    for task_id in [*timeouts, overloaded[0]]:
+        row_ = tasks.get(task_id)
+        assert row_ is not None and (row_.status, row_.attempts) == ("pending", 0)
+
+    # a solver claims and solves everything pending, requeued tasks included
+    claimed = tasks.claim(100, worker_id="browser-test-solver", claim_ttl_s=60)
+    assert {t.id for t in claimed} >= {*timeouts, overloaded[0]} and len(claimed) == 7
+    assert claimed[0].id in timeouts  # the hot lane first
+    for task in claimed:
+        assert tasks.complete(task.id, task.claim_token, answer="ok", model="gpt-small")
+    wait(browser, "7 solved, none pending", lambda d: (card(d, "Solved"), card(d, "Pending"))
+         == ("7", "0"))
+    assert card(browser, "Throughput") == "1.4 / min"
+    assert card(browser, "ETA") == "—"
+    for task_id in [*timeouts, overloaded[0]]:
+        row_ = tasks.get(task_id)
+        assert row_ is not None and row_.status == "solved"
+    log = tasks.requeue_log()
+    assert [(e.actor, e.requeued) for e in log] == [("op", 1), ("op", 2)]
+
+
+def test_add_a_model_on_the_page_makes_it_admissible_and_delete_removes_it(
+        ui: QuotaUiStack, tokens: dict[str, str], browser: WebDriver, tmp_path: Path) -> None:
+    api(ui, tokens["admin"], "PUT", "/api/quotas/gpt-small",
+        json={"rpm": 60, "tpm": 200_000, "max_concurrency": 16})
+    with ui.router() as router, pytest.raises(ImpossibleRequestError, match="has no quota"):
+        router.admit(100, models=["gpt-new"])
+
+    log_in(browser, ui, "op")
+    open_quotas_page(browser)
+    row(browser, "gpt-small")
+    browser.find_element(By.ID, "add-model-toggle").click()
+    form = wait(browser, "the add form's fields", ec.visibility_of_element_located(
+        (By.CSS_SELECTOR, "#add-model input[name='max_concurrency']")))
+    assert form is not None
+    fields = {e.get_attribute("name") for e in browser.find_elements(
+        By.CSS_SELECTOR, "#add-model input")}
+    assert {"model", "rpm", "tpm", "max_concurrency", "weight", "enabled", "window_s"} <= fields
+
+    def fill(values: dict[str, str]) -> None:
+        for name, value in values.items():
+            box = browser.find_element(By.CSS_SELECTOR, f"#add-model input[name='{name}']")
+            box.clear()
+            box.send_keys(value)
+        browser.find_element(By.CSS_SELECTOR, "#add-model button[type=submit]").click()
+
+    # refused: the message names the field, inline; nothing is stored
+    fill({"model": "gpt-new", "rpm": "0", "tpm": "50000", "max_concurrency": "4"})
+    message = wait(browser, "the rpm message", lambda d: d.find_element(
+        By.CSS_SELECTOR, "#add-model .field-error[data-field='rpm']").text)
+    assert "at least 1" in message
+    fill({"model": "bad name"})
+    wait(browser, "the name message", lambda d: d.find_element(
+        By.CSS_SELECTOR, "#add-model .field-error[data-field='model']").text.startswith(
+        "not a valid model name: use 1-128 letters"))
+    viewport_shot(browser, "models-title", screenshot_path(tmp_path, "add_model.png"))
+    assert api(ui, tokens["admin"], "GET", "/api/quotas/gpt-new").status_code == 404
+
+    fill({"model": "gpt-new", "rpm": "30"})
+    wait(browser, "Added", lambda d: d.find_element(By.ID, "add-model-message").text
+         == "Added gpt-new")
+    row(browser, "gpt-new")
+    stored = api(ui, tokens["admin"], "GET", "/api/quotas/gpt-new").json()
+    assert stored["quota"]["rpm"] == 30 and stored["quota"]["tpm"] == 50_000
+    assert stored["updated_by"] == "op"
+    with ui.router() as router:
+        admitted = router.admit(100, models=["gpt-new"])
+        assert isinstance(admitted, Admission) and admitted.model == "gpt-new"
+        router.complete(admitted.lease_id, input_tokens=60, output_tokens=40)
+
+    # delete it: confirm, the row goes, the model admits nothing
+    row(browser, "gpt-new").find_element(By.CSS_SELECTOR, "button.delete").click()
+    assert "Delete the quota of gpt-new?" in accept_confirm(browser)
+    wait(browser, "the row removed", lambda d: not d.find_elements(
+        By.CSS_SELECTOR, "tr[data-model='gpt-new']"))
+    assert api(ui, tokens["admin"], "GET", "/api/quotas/gpt-new").status_code == 404
+    with ui.router() as router, pytest.raises(ImpossibleRequestError, match="has no quota"):
+        router.admit(100, models=["gpt-new"])
+    audit = api(ui, tokens["admin"], "GET", "/api/audit?model=gpt-new").json()
+    assert [(a["action"], a["actor"]) for a in audit] == [("delete", "op"), ("create", "op")]
+
+
+def test_the_quota_table_filters_and_pages_1000_models(
+        ui: QuotaUiStack, browser: WebDriver) -> None:
+    quota = {"rpm": 600, "tpm": 200_000, "max_concurrency": 16}
+    with ui.router() as router:
+        QuotaStore(POSTGRES_DSN, router, schema=ui.schema).load(
+            {f"team-{i // 100}/model-{i:04d}": quota for i in range(1000)}, actor="test")
+    log_in(browser, ui, "viewer")
+    open_quotas_page(browser)
+    info = (By.ID, "models-page-info")
+    wait(browser, "the first page", lambda d: d.find_element(*info).text == "1\u201350 of 1,000")
+    shown = browser.find_elements(By.CSS_SELECTOR, "#quotas tbody tr")
+    assert [r.get_attribute("data-model") for r in shown][:2] == [
+        "team-0/model-0000", "team-0/model-0001"] and len(shown) == 50
+    browser.find_element(By.CSS_SELECTOR, "#models-pager [data-page=next]").click()
+    wait(browser, "the second page", lambda d: d.find_element(*info).text == "51\u2013100 of 1,000")
+    row(browser, "team-0/model-0050")
+    search = browser.find_element(By.ID, "model-search")
+    search.send_keys("MODEL-09")
+    wait(browser, "the filtered page", lambda d: d.find_element(*info).text
+         == "1\u201350 of 100 matching (1,000 in all)")
+    search.send_keys("99")
+    wait(browser, "one match", lambda d: d.find_element(*info).text
+         == "1\u20131 of 1 matching (1,000 in all)")
+    assert [r.get_attribute("data-model") for r in browser.find_elements(
+        By.CSS_SELECTOR, "#quotas tbody tr")] == ["team-9/model-0999"]

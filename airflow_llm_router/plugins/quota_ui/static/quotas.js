@@ -13,6 +13,8 @@ const FIELDS = [
   { name: "weight", kind: "float", min: 0, step: "any" },
 ];
 const rows = new Map(); // model -> {tr, inputs, errors, bars, message, quota}
+const PAGE_SIZE = 50; // rows of the quota table shown at once (filter to find the others)
+const table = { views: [], page: 0, filter: "" }; // every model from the API, the page shown
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -111,11 +113,15 @@ function createRow(model) {
                  spend: bar("spend") };
   bars.spend.node.dataset.spend = "1";
   const save = el("button", { class: "save", type: "button", disabled: true }, "Save");
+  const remove = el("button", { class: "delete", type: "button",
+                                "aria-label": `Delete ${model}` }, "Delete");
   const message = el("div", { class: "row-message", role: "status" });
   const name = el("td", { class: "model" }, model, el("small"));
   const tr = el("tr", { "data-model": model }, name, ...cells,
-    el("td", {}, bars.rpm.node, bars.tpm.node, bars.conc.node, bars.spend.node), el("td", {}, save, message));
+    el("td", {}, bars.rpm.node, bars.tpm.node, bars.conc.node, bars.spend.node),
+    el("td", { class: "actions" }, save, remove, message));
   const row = { tr, inputs, errors, bars, save, message, name, quota: null };
+  remove.addEventListener("click", () => deleteModel(model));
   for (const input of Object.values(inputs)) {
     input.addEventListener("input", () => refreshDirty(row));
     input.addEventListener("keydown", (e) => { if (e.key === "Enter") saveRow(model); });
@@ -170,19 +176,82 @@ async function loadQuotas() {
     setStatus(`Could not load quotas (${status}): ${detailText(body)}`, true);
     return;
   }
-  const tbody = document.querySelector("#quotas tbody");
-  const seen = new Set();
-  for (const view of body.models) {
-    const row = renderRow(view);
-    seen.add(view.model);
-    if (row.tr.parentNode !== tbody) tbody.append(row.tr);
-  }
+  table.views = body.models;
+  const seen = new Set(body.models.map((v) => v.model));
   for (const [model, row] of rows) {
     if (!seen.has(model)) { row.tr.remove(); rows.delete(model); }
   }
+  renderTable();
   document.getElementById("no-models").hidden = body.models.length > 0;
   setStatus(`${body.models.length} model(s), ${body.waiting} request(s) waiting · updated `
             + new Date().toLocaleTimeString());
+}
+
+// Only the rows of the page shown exist in the table (1,000 models stay quick): the filter
+// matches names case-insensitively, and the pager walks pages of PAGE_SIZE.
+function renderTable() {
+  const needle = table.filter.trim().toLowerCase();
+  const matching = needle ? table.views.filter((v) => v.model.toLowerCase().includes(needle))
+    : table.views;
+  const pages = Math.max(1, Math.ceil(matching.length / PAGE_SIZE));
+  table.page = Math.min(table.page, pages - 1);
+  const shown = matching.slice(table.page * PAGE_SIZE, (table.page + 1) * PAGE_SIZE);
+  const tbody = document.querySelector("#quotas tbody");
+  const wanted = shown.map((view) => renderRow(view).tr);
+  for (const tr of [...tbody.children]) if (!wanted.includes(tr)) tr.remove();
+  wanted.forEach((tr, i) => { if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null); });
+  const info = document.getElementById("models-page-info");
+  info.textContent = matching.length === 0 ? (needle ? "no model matches" : "")
+    : `${table.page * PAGE_SIZE + 1}–${table.page * PAGE_SIZE + shown.length} of `
+      + `${matching.length.toLocaleString()}${needle ? ` matching (${table.views.length.toLocaleString()} in all)` : ""}`;
+  const pager = document.getElementById("models-pager");
+  pager.querySelector("[data-page=prev]").disabled = table.page === 0;
+  pager.querySelector("[data-page=next]").disabled = table.page >= pages - 1;
+}
+
+function setupTable() {
+  const search = document.getElementById("model-search");
+  search.addEventListener("input", () => { table.filter = search.value; table.page = 0; renderTable(); });
+  const pager = document.getElementById("models-pager");
+  pager.querySelector("[data-page=prev]").addEventListener("click", () => { table.page -= 1; renderTable(); });
+  pager.querySelector("[data-page=next]").addEventListener("click", () => { table.page += 1; renderTable(); });
+}
+
+function modelPath(model) {
+  return "quotas/" + model.split("/").map(encodeURIComponent).join("/");
+}
+
+// The Airflow UI shows the page in a sandboxed iframe without allow-modals, where
+// window.confirm() silently answers false: destructive actions ask inline instead.
+function confirmInline(after, text, label, onConfirm) {
+  after.parentNode.querySelector(".confirm")?.remove();
+  const yes = el("button", { type: "button", class: "danger" }, label);
+  const no = el("button", { type: "button", class: "secondary" }, "Cancel");
+  const box = el("span", { class: "confirm", role: "alertdialog", "aria-label": text },
+    el("span", { class: "confirm-text" }, text), yes, no);
+  yes.addEventListener("click", () => { box.remove(); onConfirm(); });
+  no.addEventListener("click", () => box.remove());
+  after.after(box);
+  yes.focus();
+}
+
+function deleteModel(model) {
+  const row = rows.get(model);
+  confirmInline(row.tr.querySelector("button.delete"),
+    `Delete the quota of ${model}? It admits nothing until added again.`, "Delete",
+    () => removeModel(model));
+}
+
+async function removeModel(model) {
+  const row = rows.get(model);
+  const { ok, status, body } = await api(modelPath(model), {
+    method: "DELETE", headers: { [CSRF_HEADER]: "XMLHttpRequest" } });
+  if (!ok) {
+    row.message.textContent = `Not deleted (${status}): ${detailText(body)}`;
+    row.message.className = "row-message error";
+    return;
+  }
+  await Promise.all([loadQuotas(), loadAudit()]);
 }
 
 function detailText(body) {
@@ -269,6 +338,7 @@ async function tick() {
   setTimeout(tick, REFRESH_MS);
 }
 
+setupTable();
 tick();
 loadAudit();
 setInterval(loadAudit, REFRESH_MS * 5);

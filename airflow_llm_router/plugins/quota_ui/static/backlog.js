@@ -1,0 +1,188 @@
+// The backlog panel: counts, age, throughput and ETA from GET api/backlog; the dead letters
+// (filtered, paged) from GET api/backlog/dead; requeue through POST api/backlog/requeue
+// (editors; a viewer sees the server's 403 message). Uses el, api and detailText of quotas.js.
+"use strict";
+
+const DEAD_PAGE = 20;
+const dead = { offset: 0, total: 0, filter: {}, selected: new Set() };
+
+function duration(seconds) {
+  if (seconds == null) return "—";
+  const s = Math.round(seconds);
+  if (s < 90) return `${s} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)} h`;
+  return `${(s / 86400).toFixed(1)} d`;
+}
+
+function card(name, value, detail) {
+  return el("div", { class: "card", "data-card": name },
+    el("span", { class: "label" }, name), el("span", { class: "value" }, value),
+    el("small", {}, detail));
+}
+
+function lanes(counts, capped) {
+  const more = capped ? "+" : "";
+  return `hot ${counts.hot.toLocaleString()}${more} · bulk ${counts.bulk.toLocaleString()}${more}`;
+}
+
+async function loadBacklog() {
+  const { ok, status, body } = await api("backlog");
+  const cards = document.getElementById("backlog-cards");
+  if (!ok) {
+    cards.replaceChildren(el("p", { class: "status error" },
+      `Could not read the backlog (${status}): ${detailText(body)}`));
+    return;
+  }
+  const capped = new Set(body.capped);
+  const total = (s) => body.totals[s].toLocaleString() + (capped.has(s) ? "+" : "");
+  cards.replaceChildren(
+    card("Pending", total("pending"), lanes(body.counts.pending, capped.has("pending"))),
+    card("Claimed", total("claimed"), lanes(body.counts.claimed, capped.has("claimed"))),
+    card("Solved", total("solved"), lanes(body.counts.solved, capped.has("solved"))),
+    card("Dead", total("dead"), lanes(body.counts.dead, capped.has("dead"))),
+    card("Oldest pending", duration(body.oldest_pending_age_s), "since enqueued"),
+    card("Throughput", `${body.throughput_per_min} / min`,
+      `${body.solved_recently} solved in ${body.window_s / 60} min`),
+    card("ETA", body.eta_s == null ? "—" : duration(body.eta_s),
+      body.eta_s == null ? (body.remaining ? "nothing solved lately" : "nothing remains")
+        : `${body.remaining.toLocaleString()} remaining`));
+  for (const node of cards.querySelectorAll("[data-card=Dead] .value")) {
+    node.classList.toggle("bad", body.totals.dead > 0);
+  }
+}
+
+function deadQuery() {
+  const params = new URLSearchParams({ limit: String(DEAD_PAGE), offset: String(dead.offset) });
+  for (const [key, value] of Object.entries(dead.filter)) if (value) params.set(key, value);
+  return params.toString();
+}
+
+function deadRow(task) {
+  const box = el("input", { type: "checkbox", "aria-label": `Select task ${task.id}`,
+                            checked: dead.selected.has(task.id) });
+  box.addEventListener("change", () => {
+    if (box.checked) dead.selected.add(task.id); else dead.selected.delete(task.id);
+    refreshRequeueButtons();
+  });
+  const models = task.model || (task.allowed_models ? task.allowed_models.join(", ") : "any");
+  return el("tr", { "data-task": String(task.id) }, el("td", {}, box),
+    el("td", {}, `#${task.id}`), el("td", {}, task.kind), el("td", {}, task.priority),
+    el("td", {}, `${task.attempts} / ${task.max_attempts}`), el("td", {}, models),
+    el("td", { class: "error-text", title: task.last_error || "" }, task.last_error || ""),
+    el("td", {}, new Date(task.updated_at).toLocaleString()));
+}
+
+async function loadDead() {
+  const { ok, status, body } = await api("backlog/dead?" + deadQuery());
+  const errors = document.getElementById("dead-filter-errors");
+  const form = document.getElementById("dead-filter");
+  for (const input of form.querySelectorAll("input")) input.removeAttribute("aria-invalid");
+  if (!ok) {
+    if (status === 422 && Array.isArray(body.detail)) {
+      errors.textContent = body.detail.map((d) => `${d.field}: ${d.msg}`).join("; ");
+      for (const d of body.detail) {
+        const input = form.querySelector(`input[name='${d.field}']`);
+        if (input) input.setAttribute("aria-invalid", "true");
+      }
+    } else {
+      errors.textContent = `Could not read the dead letters (${status}): ${detailText(body)}`;
+    }
+    return;
+  }
+  errors.textContent = "";
+  dead.total = body.total;
+  document.querySelector("#dead tbody").replaceChildren(...body.tasks.map(deadRow));
+  document.getElementById("no-dead").hidden = body.tasks.length > 0;
+  const info = document.getElementById("dead-page-info");
+  info.textContent = body.total === 0 ? "" : `${body.offset + 1}–${body.offset + body.tasks.length}`
+    + ` of ${body.total.toLocaleString()}${body.total_capped ? "+" : ""}`;
+  const pager = document.getElementById("dead-pager");
+  pager.querySelector("[data-page=prev]").disabled = body.offset === 0;
+  pager.querySelector("[data-page=next]").disabled = body.offset + body.tasks.length >= body.total;
+  refreshRequeueButtons();
+}
+
+function refreshRequeueButtons() {
+  const selected = document.getElementById("requeue-selected");
+  selected.disabled = dead.selected.size === 0;
+  selected.textContent = dead.selected.size ? `Requeue selected (${dead.selected.size})`
+    : "Requeue selected";
+  document.getElementById("requeue-matching").disabled = dead.total === 0;
+}
+
+function requeueMessage(text, isError) {
+  const message = document.getElementById("requeue-message");
+  message.textContent = text;
+  message.className = "row-message " + (isError ? "error" : "ok");
+}
+
+async function requeue(body) {
+  const { ok, status, body: answer } = await api("backlog/requeue", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", [CSRF_HEADER]: "XMLHttpRequest" },
+    body: JSON.stringify(body),
+  });
+  if (!ok) {
+    requeueMessage(`Not requeued (${status}): ${detailText(answer)}`, true);
+    return;
+  }
+  const parts = [`Requeued ${answer.requeued}`];
+  if (answer.skipped.length) parts.push(`${answer.skipped.length} no longer dead`);
+  if (answer.remaining) parts.push(`${answer.remaining} more match: requeue again`);
+  requeueMessage(parts.join(" · "), false);
+  dead.selected.clear();
+  await Promise.all([loadBacklog(), loadDead()]);
+}
+
+function setupBacklog() {
+  const form = document.getElementById("dead-filter");
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    dead.filter = { kind: data.get("kind").trim(), model: data.get("model").trim(),
+                    error: data.get("error").trim() };
+    dead.offset = 0;
+    dead.selected.clear();
+    loadDead();
+  });
+  const pager = document.getElementById("dead-pager");
+  pager.querySelector("[data-page=prev]").addEventListener("click", () => {
+    dead.offset = Math.max(0, dead.offset - DEAD_PAGE); loadDead();
+  });
+  pager.querySelector("[data-page=next]").addEventListener("click", () => {
+    dead.offset += DEAD_PAGE; loadDead();
+  });
+  document.getElementById("dead-select-all").addEventListener("change", (event) => {
+    for (const box of document.querySelectorAll("#dead tbody input[type=checkbox]")) {
+      box.checked = event.target.checked;
+      box.dispatchEvent(new Event("change"));
+    }
+  });
+  document.getElementById("requeue-selected").addEventListener("click", () =>
+    requeue({ ids: [...dead.selected] }));
+  document.getElementById("requeue-matching").addEventListener("click", () => {
+    const f = dead.filter;
+    const body = { all: true };
+    if (f.kind) body.kind = f.kind;
+    if (f.model) body.model = f.model;
+    if (f.error) body.error_contains = f.error;
+    const what = Object.keys(body).length > 1 ? " matching the filter" : "";
+    confirmInline(document.getElementById("requeue-matching"),
+      `Requeue all ${dead.total.toLocaleString()} dead tasks${what}? They go back to `
+      + "pending with their attempts reset.", "Requeue", () => requeue(body));
+  });
+}
+
+async function backlogTick() {
+  try {
+    await Promise.all([loadBacklog(), loadDead()]);
+  } catch (err) {
+    document.getElementById("backlog-cards").replaceChildren(
+      el("p", { class: "status error" }, `Could not reach the API: ${err}`));
+  }
+  setTimeout(backlogTick, REFRESH_MS);
+}
+
+setupBacklog();
+backlogTick();
