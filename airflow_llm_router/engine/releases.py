@@ -15,11 +15,12 @@ log = logging.getLogger(__name__)
 
 
 #: Wait reasons a release can end: a freed slot, tokens settled below their estimate, a
-#: finished breaker probe, a model's first answer (``warming``). A wait for rpm or a
-#: cooldown ends only with time (its retry after is exact) or a quota change, so such
-#: waiters sleep through releases.
+#: finished breaker probe, a model's first answer (``warming``), spend settled below its
+#: reservation or a budget raised (``budget``: its retry after is the period's end, hours
+#: away for a daily budget). A wait for rpm or a cooldown ends only with time (its retry
+#: after is exact) or a quota change, so such waiters sleep through releases.
 RELEASE_HELPS = frozenset({"concurrency", "tpm", "input_tpm", "output_tpm", "breaker",
-                           "warming"})
+                           "warming", "budget"})
 
 
 class ReleaseListener:

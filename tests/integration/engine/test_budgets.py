@@ -16,7 +16,7 @@ import pytest
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.engine.stats import SpendStats
-from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
+from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError, QuotaValidationError
 
 #: 1 micro-dollar per input token, 3 per output token (prices are per million tokens)
@@ -344,3 +344,35 @@ def test_concurrent_callers_stay_within_the_budget(router: RouterClient, namespa
     # left, counting the reservations of at most 20 calls then in flight
     assert ledger.settled >= BUDGET - 21 * EST_COST
     assert len(samples) > 1
+
+
+async def test_a_budget_waiter_wakes_when_settlement_frees_budget(namespace: str,
+                                                                  redis_url: str) -> None:
+    """A budget wait lasts until the period ends (a year here), but spend settled below its
+    reservation frees budget at once: the waiter is woken by that release, not its timer."""
+    client = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    try:
+        await client.set_quota("a", priced(budget=cost(50, 50)))
+        holder = await client.admit(100, estimated_output_tokens=50, models=["a"])
+        assert isinstance(holder, Admission)
+        probe = await client.admit(100, estimated_output_tokens=50, models=["a"])
+        assert isinstance(probe, Wait) and probe.reason == "budget"
+        assert probe.retry_after_ms > 86_400_000
+        await client.cancel([probe.request_id])
+
+        async def waited() -> int:
+            return (await client.stats(["a"])).models["a"].counters["waited"]
+
+        before = await waited()
+        request = AdmitRequest(100, estimated_output_tokens=50, models=("a",))
+        waiter = asyncio.create_task(client.wait_for_admission(request, timeout_s=20))
+        while await waited() == before:  # the waiter has asked and was told to wait
+            await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        settled_at = loop.time()
+        await client.complete(holder.lease_id, 0, 0)  # it cost nothing: the budget is free
+        admitted = await asyncio.wait_for(waiter, timeout=10)
+        assert admitted is not None and admitted.model == "a"
+        assert loop.time() - settled_at < 5.0
+    finally:
+        await client.aclose()
