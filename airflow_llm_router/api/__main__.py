@@ -25,6 +25,11 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_llm_router.api.standalone import Standalone, read_token
 
+#: Seconds an idle keep-alive connection stays open: longer than HTTP clients keep theirs
+#: (httpx: 5 s, uvicorn's own default too), so a client never reuses a connection the
+#: server is closing at that moment (a dropped request the client must send again).
+KEEP_ALIVE_S = 75
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not usage + message
@@ -89,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     host, port = sock.getsockname()[:2]
     logging.getLogger(__name__).info("router namespace %r", namespace)
     print(f"serving on http://{host}:{port}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, lifespan="off",
+                                           timeout_keep_alive=KEEP_ALIVE_S))
     server.run(sockets=[sock])
     return 0
 
