@@ -228,7 +228,10 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float) -> dict[str
             TOKEN_CONN: {"conn_type": "generic", "password": token}}
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llmr-http-")))
         env = api_env(home, connections)
-        os.environ.update({k: v for k, v in env.items() if k.startswith("AIRFLOW_CONN_")})
+        conns = {k: v for k, v in env.items() if k.startswith("AIRFLOW_CONN_")}
+        saved = {k: os.environ.get(k) for k in conns}
+        stack.callback(_restore_env, saved)
+        os.environ.update(conns)  # the drain in this process reads the same connections
         router = RouterClient.from_url(redis_server.url, RouterSettings(namespace=namespace))
         stack.callback(router.close)
         for name, (rpm, tpm, conc, _) in MODELS.items():
@@ -305,6 +308,14 @@ def _result(opts: argparse.Namespace, prof: SimulatorProfile, tally: Tally,
         "raw_schedule_ms_p50": _percentile(raw.schedule_ms, 0.5),
         "raw_schedule_ms_p95": _percentile(raw.schedule_ms, 0.95),
     }
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def _drop_schema(dsn: str, schema: str) -> None:
