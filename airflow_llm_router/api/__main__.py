@@ -4,7 +4,9 @@
         [--token-conn-id llm_router_api] [--conn-id llm_router_default] [--namespace NS]
         [--postgres-conn-id postgres_default] [--store-schema llm_router] [--store-table tasks]
 
-Every request needs ``Authorization: Bearer <token>``, the token being the password of the
+The router connection and the task store default to the ``[llm_router]`` Airflow config
+(``router_conn_id``, ``postgres_conn_id``, ``task_schema``, ``task_table``), as for the
+plugin. Every request needs ``Authorization: Bearer <token>``, the token being the password of the
 ``--token-conn-id`` connection. Prints ``serving on http://HOST:PORT`` once it listens
 (``--port 0``: any free port, the line says which). Bad options, a missing connection or an
 unreachable Redis: one ``error:`` line and exit status 2, before anything listens.
@@ -24,6 +26,7 @@ import uvicorn
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_llm_router.api.standalone import Standalone, read_token
+from airflow_llm_router.quotas.config import QuotaConfig
 
 #: Seconds an idle keep-alive connection stays open: longer than HTTP clients keep theirs
 #: (httpx: 5 s, uvicorn's own default too), so a client never reuses a connection the
@@ -43,8 +46,9 @@ def _port(value: str) -> int:
     return int(value)
 
 
-def _parser() -> argparse.ArgumentParser:
-    d = Standalone()
+def _parser(config: QuotaConfig) -> argparse.ArgumentParser:
+    """The parser; connections and the task store default to the ``[llm_router]`` config."""
+    d = Standalone.from_config(config)
     parser = _Parser(prog="python -m airflow_llm_router.api",
                      description="Serve the LLM router's HTTP API (admission and task "
                      "ingestion) with uvicorn, behind a bearer token.")
@@ -59,8 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", help="router namespace (default: the connection's)")
     parser.add_argument("--postgres-conn-id", default=d.postgres_conn_id,
                         help="the task store's PostgreSQL connection (default: %(default)s)")
-    parser.add_argument("--store-schema", default=d.store_schema)
-    parser.add_argument("--store-table", default=d.store_table)
+    parser.add_argument("--store-schema", default=d.store_schema,
+                        help="the task store's schema (default: %(default)s)")
+    parser.add_argument("--store-table", default=d.store_table,
+                        help="the task store's table (default: %(default)s)")
     parser.add_argument("--log-level", default="warning",
                         choices=["critical", "error", "warning", "info", "debug"])
     return parser
@@ -72,7 +78,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser(QuotaConfig.from_airflow()).parse_args(argv)
     config = Standalone(token_conn_id=args.token_conn_id, router_conn_id=args.conn_id,
                         namespace=args.namespace, postgres_conn_id=args.postgres_conn_id,
                         store_schema=args.store_schema, store_table=args.store_table)

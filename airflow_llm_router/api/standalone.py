@@ -17,6 +17,7 @@ from airflow_llm_router.api.app import create_app
 from airflow_llm_router.api.auth import token_access
 from airflow_llm_router.api.sources import router_source, task_store_source
 from airflow_llm_router.exceptions import ConnectionConfigError
+from airflow_llm_router.quotas.config import QuotaConfig
 
 __all__ = ["MIN_TOKEN_CHARS", "Standalone", "read_token"]
 
@@ -49,6 +50,13 @@ class Standalone:
     postgres_conn_id: str = "postgres_default"
     store_schema: str = "llm_router"
     store_table: str = "tasks"
+
+    @classmethod
+    def from_config(cls, config: QuotaConfig) -> Standalone:
+        """The ``[llm_router]`` config's connections and task store (what the plugin uses)."""
+        return cls(router_conn_id=config.router_conn_id,
+                   postgres_conn_id=config.postgres_conn_id,
+                   store_schema=config.task_schema, store_table=config.task_table)
 
     def app(self, token: str | None = None) -> FastAPI:
         """The app, with ``token`` or the one of :attr:`token_conn_id`."""

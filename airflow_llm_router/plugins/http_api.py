@@ -6,7 +6,9 @@ document) needs the right to read pools; everything that spends the shared quota
 (``/schedule``, ``/complete``, ``/heartbeat``, ``/cancel``) and task ingestion writes need
 the right to edit pools, as changing a quota does (op or admin under the simple auth
 manager), with the same CSRF guard for writes authenticated by the UI's session cookie.
-The router and the task store come from the ``[llm_router]`` config's connections.
+The router and the task store come from the ``[llm_router]`` config (``router_conn_id``,
+``postgres_conn_id``, ``task_schema``, ``task_table``: the store the quota page's backlog
+panel shows).
 """
 
 from __future__ import annotations
@@ -23,11 +25,6 @@ __all__ = ["API_URL_PREFIX", "create_api_app"]
 
 API_URL_PREFIX = "/llm-router-api"
 
-#: Where the plugin's task store lives (the operators' defaults).
-TASK_STORE_SCHEMA = "llm_router"
-TASK_STORE_TABLE = "tasks"
-
-
 def _reader(user: QuotaReader) -> Caller:
     return Caller(user.get_name())
 
@@ -43,5 +40,5 @@ def create_api_app(config: QuotaConfig | None = None) -> FastAPI:
     return create_app(
         access=Access(reader=_reader, writer=_writer),
         router=router_source(config.router_conn_id),
-        task_store=task_store_source(config.postgres_conn_id, TASK_STORE_SCHEMA,
-                                     TASK_STORE_TABLE))
+        task_store=task_store_source(config.postgres_conn_id, config.task_schema,
+                                     config.task_table))
