@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -134,14 +134,7 @@ class ModelQuota(BaseModel):
     @classmethod
     def parse(cls, data: Any) -> ModelQuota:
         """Validate a mapping (or a JSON string) into a quota, with errors that name the field."""
-        try:
-            if isinstance(data, (str, bytes)):
-                return cls.model_validate_json(data)
-            return cls.model_validate(data)
-        except ValidationError as err:
-            problems = _describe(err)
-            raise QuotaValidationError("invalid quota: " + "; ".join(problems),
-                                       problems) from err
+        return _validated(cls, data, "quota")
 
     def to_redis(self) -> str:
         """The compact JSON the Lua scripts read (window in whole milliseconds)."""
@@ -207,13 +200,9 @@ class RouterBudget(BaseModel):
 
     @classmethod
     def parse(cls, data: Any) -> RouterBudget:
-        """Validate a mapping into a budget, with errors that name the field."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as err:
-            problems = _describe(err)
-            raise QuotaValidationError("invalid budget: " + "; ".join(problems),
-                                       problems) from err
+        """Validate a mapping (or a JSON string) into a budget, with errors that name the
+        field."""
+        return _validated(cls, data, "budget")
 
     def to_redis(self) -> str:
         return json.dumps({"b": self.budget_micro_usd,
@@ -224,6 +213,22 @@ class RouterBudget(BaseModel):
     def from_redis(cls, raw: str | bytes) -> RouterBudget:
         doc = json.loads(raw)
         return cls(budget_micro_usd=doc["b"], budget_period_s=doc["per"] / 1000)
+
+
+Validated = TypeVar("Validated", bound=BaseModel)
+
+
+def _validated(model: type[Validated], data: Any, what: str) -> Validated:
+    """``data`` (a mapping or a JSON string) as ``model``; a QuotaValidationError listing
+    each problem as ``<field>: <why> (<fix>)`` otherwise."""
+    try:
+        if isinstance(data, (str, bytes)):
+            return model.model_validate_json(data)
+        return model.model_validate(data)
+    except ValidationError as err:
+        problems = _describe(err)
+        raise QuotaValidationError(f"invalid {what}: " + "; ".join(problems),
+                                   problems) from err
 
 
 def _describe(err: ValidationError) -> list[str]:

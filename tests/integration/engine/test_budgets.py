@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.engine.stats import SpendStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError, QuotaValidationError
+from llm_router_devkit.stack import wait_for
 
 #: 1 micro-dollar per input token, 3 per output token (prices are per million tokens)
 PIN, POUT = 1_000_000, 3_000_000
@@ -44,17 +44,6 @@ def spend(router: RouterClient, model: str) -> SpendStats:
     s = router.stats([model]).models[model].spend
     assert s is not None
     return s
-
-
-def wait_until(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    """Poll ``check`` until it returns something truthy (a condition, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_reservation_then_settlement_of_the_actual(router: RouterClient) -> None:
@@ -118,7 +107,8 @@ def test_over_budget_waits_until_the_period_resets(router: RouterClient) -> None
     assert d.retry_after_ms <= 1000 * 1.1 + 1  # until the period ends, jittered
     blocked_in = spend(router, "a").period_start_ms
     router.cancel([d.request_id])
-    wait_until(lambda: isinstance(ask(), Admission), timeout_s=5)
+    wait_for("an admission in the next period", lambda: isinstance(ask(), Admission), 5,
+             interval_s=0.01)
     s = spend(router, "a")
     assert s.period_start_ms > blocked_in
     assert s.committed_micro_usd <= cost(50, 50) * 2
@@ -133,7 +123,8 @@ def test_an_expired_lease_settles_at_its_reservation(make_router: Callable[..., 
     reserved = cost(60, 40)
     assert spend(router, "a").reserved_micro_usd == reserved
     # stats reclaim expired leases: poll until the lease is gone
-    s = wait_until(lambda: (x := spend(router, "a")).reserved_micro_usd == 0 and x)
+    s = wait_for("the lease's expiry", lambda: (x := spend(router, "a")).reserved_micro_usd == 0
+                 and x, 10, interval_s=0.01)
     assert s.settled_micro_usd == reserved
     assert router.stats(["a"]).models["a"].counters["expired"] == 1
     # a late completion neither refunds nor re-bills it
