@@ -20,6 +20,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from airflow_llm_router.engine.advice import Advice
 from airflow_llm_router.engine.core import Completion, Decision, RouterCore
+from airflow_llm_router.engine.history import RouterHistory
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget
 from airflow_llm_router.engine.restore import (
     QuotaSource,
@@ -281,6 +282,17 @@ class RouterAPI:
     def stats(self, models: Sequence[str] | None = None) -> Steps[RouterStats]:
         """Current window usage, in-flight calls, health and counters per model."""
         return self._reading(self.core.stats(models))
+
+    @operation
+    def history(self, models: Sequence[str] | None = None,
+                minutes: int = 60) -> Steps[RouterHistory]:
+        """Traffic over the last ``minutes`` (1-60) per model, as the engine recorded it in
+        buckets (:mod:`~airflow_llm_router.engine.history`); every model with a quota if
+        ``models`` is None.
+
+        :raises ValueError: naming ``minutes`` or a model name that is not valid.
+        """
+        return self.core.history(models, minutes)
 
     @operation
     def advice(

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow_llm_router.engine.advice import Advice, advise_from_stats
+from airflow_llm_router.engine.history import (
+    HISTORY_MODELS_PER_CALL,
+    RouterHistory,
+    history_span_ms,
+)
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_model_name
 from airflow_llm_router.engine.stats import RouterStats
@@ -251,6 +256,21 @@ class RouterCore:
         raw = yield Script("stats", (arg,))
         quotas = yield from self.get_quotas()
         return RouterStats.from_reply(json.loads(_text(raw)), quotas)
+
+    def history(self, models: Sequence[str] | None = None,
+                minutes: int = 60) -> Step[RouterHistory]:
+        """The traffic buckets of ``models`` (every model with a quota if None) over the last
+        ``minutes``, read :data:`HISTORY_MODELS_PER_CALL` models per script call."""
+        span = history_span_ms(minutes)
+        if models is None:
+            names = list((yield from self.get_quotas()))
+        else:
+            names = [validate_model_name(m) for m in models]
+        replies = []
+        for start in range(0, max(1, len(names)), HISTORY_MODELS_PER_CALL):
+            chunk = names[start : start + HISTORY_MODELS_PER_CALL]
+            replies.append((yield Script("history", (json.dumps(chunk), span))))
+        return RouterHistory.from_replies(replies, span)
 
     def advice(
         self,

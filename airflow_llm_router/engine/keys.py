@@ -59,6 +59,9 @@ MODEL_KEYS: dict[str, str] = {
     # HASH per task kind: "o|<kind>" output estimate, "l|<kind>" latency ms, "n|<kind>"
     #      outputs observed, "t|<kind>" last seen ms (bounded, expiring: lib/kinds.lua)
     "K_KIND": "kinds:",
+    # HASH traffic history: bucket number -> packed values (bounded, expiring:
+    #      lib/history.lua)
+    "K_HIST": "hist:",
 }
 
 RELEASED_CHANNEL = "released"

@@ -17,16 +17,17 @@ __all__ = ["OPERATIONS", "script_source"]
 #: carries: setting up unused libraries cost ~10 µs a call on the Redis thread).
 _LIBRARIES: dict[str, tuple[str, ...]] = {
     "admit": ("prelude", "budget", "effective", "guard", "model_state", "kinds", "capacity", "fair",
-              "waiters"),
-    "complete": ("prelude", "budget", "health", "effective", "guard", "kinds"),
+              "waiters", "history"),
+    "complete": ("prelude", "budget", "history", "health", "effective", "guard", "kinds"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),
-    "set_quota": ("prelude",),
+    "set_quota": ("prelude", "history"),
     "delete_quota": ("prelude", "guard"),
     "start_recovery": ("prelude", "guard"),
     "stats": ("prelude", "budget", "effective", "guard", "model_state", "kinds"),
     "cancel": ("prelude",),
     "set_budget": ("prelude",),
+    "history": ("prelude", "history"),
 }
 OPERATIONS = tuple(_LIBRARIES)
 

@@ -120,6 +120,7 @@ for k, r in ipairs(reqs) do
                    ordered = r[6] == 1, ms = ms, k = kind, bw = r[9] == 1})
 end
 for _, st in pairs(STATE) do model_flush(st) end
+history_admitted(STATE, ADMITTED, model_view)
 budget_flush()
 if #NEW_LEASES > 0 then
   redis.call('HSET', K_LEASES, unpack(NEW_LEASES))

@@ -198,6 +198,7 @@ for _, m in ipairs(models) do
   observe_p95(K_OBS(m), K_EST, m, outputs, recompute)
   for _, kind in ipairs(kind_names) do kind_observe(m, kind, kinds[kind].o, kinds[kind].l) end
   provider_said(m, batch)
+  history_outcomes(m, batch, out)
 end
 
 if #released > 0 then

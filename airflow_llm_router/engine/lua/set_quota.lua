@@ -6,6 +6,7 @@ local m = ARGV[2]
 -- a changed quota is a new target: what was learned of the old one's real limit goes
 if redis.call('HGET', K_QUOTAS, m) ~= ARGV[3] then
   redis.call('HDEL', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n')
+  history_targets(m, cjson.decode(ARGV[3]))
 end
 local created = redis.call('HSET', K_QUOTAS, m, ARGV[3])
 -- keys of a deleted model were set to expire; keep them now that it is back

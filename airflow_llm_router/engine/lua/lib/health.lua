@@ -33,6 +33,7 @@ local function record_outcome(m, outcome, retry_ms, was_probe)
       redis.call('HSET', K_HEALTH, h .. 'open', int(NOW + BREAKER_OPEN), h .. 'fails', 0)
       redis.call('HDEL', K_HEALTH, h .. 'probe')
       redis.call('HINCRBY', K_STATS, h .. 'breaker_opened', 1)
+      history_breaker_opened(m)
     end
     redis.call('HINCRBY', K_STATS, h .. 'errors', 1)
   end
