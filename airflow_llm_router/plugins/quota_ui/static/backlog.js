@@ -100,7 +100,28 @@ async function loadDead() {
   const pager = document.getElementById("dead-pager");
   pager.querySelector("[data-page=prev]").disabled = body.offset === 0;
   pager.querySelector("[data-page=next]").disabled = body.offset + body.tasks.length >= body.total;
+  const boxes = [...document.querySelectorAll("#dead tbody input[type=checkbox]")];
+  document.getElementById("dead-select-all").checked =
+    boxes.length > 0 && boxes.every((box) => box.checked);
   refreshRequeueButtons();
+}
+
+function describeRequeue(request) {
+  if (request.ids) return `${request.ids.length} task(s) by id`;
+  const m = request.matching || {};
+  const parts = Object.entries(m).map(([key, value]) => `${key} “${value}”`);
+  return parts.length ? `all matching ${parts.join(", ")}` : "all dead tasks";
+}
+
+async function loadRequeues() {
+  const { ok, body } = await api("backlog/requeues?limit=5");
+  if (!ok) return;
+  document.querySelector("#requeues tbody").replaceChildren(...body.map((e) =>
+    el("tr", { "data-requeue-id": String(e.id) },
+      el("td", {}, new Date(e.at).toLocaleString()), el("td", {}, e.actor),
+      el("td", {}, describeRequeue(e.request)), el("td", {}, String(e.requeued)),
+      el("td", {}, String(e.skipped)), el("td", {}, String(e.remaining)),
+      el("td", {}, e.source))));
 }
 
 function refreshRequeueButtons() {
@@ -132,7 +153,7 @@ async function requeue(body) {
   if (answer.remaining) parts.push(`${answer.remaining} more match: requeue again`);
   requeueMessage(parts.join(" · "), false);
   dead.selected.clear();
-  await Promise.all([loadBacklog(), loadDead()]);
+  await Promise.all([loadBacklog(), loadDead(), loadRequeues()]);
 }
 
 function setupBacklog() {
@@ -186,3 +207,5 @@ async function backlogTick() {
 
 setupBacklog();
 backlogTick();
+loadRequeues();
+setInterval(loadRequeues, REFRESH_MS * 5);
