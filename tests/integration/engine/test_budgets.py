@@ -367,3 +367,21 @@ async def test_a_budget_waiter_wakes_when_settlement_frees_budget(namespace: str
         assert loop.time() - settled_at < 5.0
     finally:
         await client.aclose()
+
+
+def test_large_amounts_come_back_exact(router: RouterClient) -> None:
+    """Money up to the largest budget (10^15 micro-dollars) keeps every digit (the engine's
+    JSON would round numbers to 14 significant digits)."""
+    router.set_quota("a", priced(budget=10**15 - 3, input_micro_usd_per_mtok=10**9,
+                                 output_micro_usd_per_mtok=10**9, tpm=10**15))
+    router.set_budget({"budget_micro_usd": 10**15 - 7})
+    # 4 million input tokens at the largest price: tokens x price 4 x 10^15, still exact
+    lease = router.admit(4_000_001, estimated_output_tokens=1, models=["a"])
+    assert isinstance(lease, Admission)
+    stats = router.stats()
+    s, total = stats.models["a"].spend, stats.total_spend
+    assert s is not None and total is not None
+    assert (s.budget_micro_usd, total.budget_micro_usd) == (10**15 - 3, 10**15 - 7)
+    assert s.reserved_micro_usd == total.reserved_micro_usd == 4_000_001_000
+    budget = router.budget()
+    assert budget is not None and budget.budget_micro_usd == 10**15 - 7

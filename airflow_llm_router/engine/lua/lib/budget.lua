@@ -203,14 +203,15 @@ local function budget_settle(items, records)
   budget_flush()
 end
 
--- {budget?, committed, reserved, period_ms, period_start_ms} of owner o's current period.
+-- {budget?, committed, reserved, period_ms, period_start_ms} of owner o's current period,
+-- as decimal strings: cjson writes numbers with 14 significant digits, money needs them all.
 local function spend_view(o, per, budget)
   spend_load({o})
   local start, s = NOW - NOW % per, SPEND[o]
   local c, r = 0, 0
   if s.s == start then c, r = s.c, s.r end
-  return {budget = budget, committed = c, reserved = r, period_ms = per,
-          period_start_ms = start}
+  return {budget = budget and int(budget), committed = int(c), reserved = int(r),
+          period_ms = int(per), period_start_ms = int(start)}
 end
 
 -- A model's spend (nil when unpriced) and the router-wide total, for stats.
