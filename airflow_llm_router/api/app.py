@@ -16,12 +16,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from redis.exceptions import RedisError
 
 from airflow_llm_router import __version__
 from airflow_llm_router.api import admission, auth, tasks
 from airflow_llm_router.api.auth import Access
 from airflow_llm_router.api.errors import validation_handler
+from airflow_llm_router.api.limits import ADMISSION_BODY_BYTES, BodyLimit
 from airflow_llm_router.api.openapi import serve_openapi
 from airflow_llm_router.api.sources import Lazy, Unavailable
 from airflow_llm_router.engine.async_client import AsyncRouterClient
@@ -60,6 +62,9 @@ def create_app(*, access: Access, router: Lazy[AsyncRouterClient],
     app.state.task_store = task_store
     access.install(app)
     app.include_router(admission.router)
+    app.add_middleware(BodyLimit, limits={
+        route.path: ADMISSION_BODY_BYTES for route in admission.router.routes
+        if isinstance(route, APIRoute)})
     app.include_router(tasks.router)
     app.add_exception_handler(RequestValidationError, validation_handler())
     for error in (Unavailable, RedisError, ReplicationLagError):

@@ -232,3 +232,27 @@ async def test_unreachable_redis_is_a_503_not_a_crash(make_api: MakeApi) -> None
         response = await api.post("/schedule", json={"estimated_tokens": 9})
     assert response.status_code == 503, response.text
     assert "Redis did not answer" in response.json()["detail"]
+
+
+async def test_oversized_bodies_are_refused_unread(api: httpx.AsyncClient,
+                                                   engine: RouterClient) -> None:
+    engine.set_quota("m", ROOMY)
+    padding = {"estimated_tokens": 9, "request_id": "r", "pad": "x" * 100_000}
+    declared = await api.post("/schedule", json=padding)
+    assert declared.status_code == 413, declared.text
+    assert declared.json()["detail"][0]["field"] == "body"
+
+    async def chunks() -> Any:  # no Content-Length: counted as it arrives
+        yield b'{"estimated_tokens": 9, "pad": "'
+        for _ in range(20):
+            yield b"x" * 8192
+        yield b'"}'
+
+    streamed = await api.post("/schedule", content=chunks(),
+                              headers={"Content-Type": "application/json"})
+    assert streamed.status_code == 413 and streamed.json()["detail"][0]["field"] == "body"
+    assert engine.stats().models["m"].requests == 0
+    # unauthenticated: refused before the body is read, too
+    anonymous = await api.post("/schedule", json=padding, headers={"Authorization": ""})
+    assert anonymous.status_code == 413
+    assert (await schedule(api))["status"] == "admitted"  # normal bodies pass

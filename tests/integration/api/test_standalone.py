@@ -47,6 +47,8 @@ def test_the_standalone_server_admits_with_the_connections_token(
         spec = http.get("/openapi.json").json()
         assert {"/schedule", "/complete", "/heartbeat", "/advice"} <= set(spec["paths"])
         assert http.get("/docs").status_code == 200
+        huge = http.post("/schedule", json={"estimated_tokens": 9, "pad": "x" * 100_000})
+        assert huge.status_code == 413 and huge.json()["detail"][0]["field"] == "body"
 
 
 def one_error_line(result: object) -> str:
