@@ -41,14 +41,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
-from psycopg import sql
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
-from bench.common import publish
+from bench.common import drop_schema, guarded, publish
 from llm_router_devkit.api_server import api_env, standalone_api
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
@@ -210,7 +208,7 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float) -> dict[str
         stack.callback(redis_server.close)
         sim = stack.enter_context(SimulatorProcess(prof))
         store = TaskStore(opts.postgres_dsn, schema=schema)
-        stack.callback(_drop_schema, opts.postgres_dsn, schema)
+        stack.callback(drop_schema, opts.postgres_dsn, schema)
         stack.callback(store.close)
         store.migrate()
         store.enqueue([f"backlog task {i}" for i in range(opts.backlog)])
@@ -318,11 +316,6 @@ def _restore_env(saved: dict[str, str | None]) -> None:
             os.environ[key] = value
 
 
-def _drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
 def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
     first = runs[0]
     lines = [
@@ -384,18 +377,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --guards: {opts.guards!r} is not a comma-separated list of whole "
               "milliseconds", file=sys.stderr)
         return 2
-    runs = []
-    try:
+    runs: list[dict[str, Any]] = []
+
+    def run_all() -> int:
         for n, guard in enumerate(guards):
             print(f"guard {guard} ms: running...", flush=True)
             runs.append(run(opts, guard, opts.raw_seconds if n == 0 else 0))
             print(json.dumps(runs[-1]), flush=True)
-    except KeyboardInterrupt:
-        print("\ninterrupted; services stopped", file=sys.stderr)
-        return 130
-    except Exception as err:  # one error line, never a traceback
-        print(f"error: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
-        return 2
+        return 0
+
+    status = guarded(run_all)
+    if status:
+        return status
     publish(report(opts, runs), HEADING, OUT, opts.write)
     if opts.out:
         opts.out.write_text(json.dumps(runs, indent=2) + "\n")
