@@ -90,14 +90,24 @@ async def test_over_quota_the_answer_is_a_wait_and_nothing_is_reserved(
     assert (await schedule(api, request_id=waits[0]["request_id"]))["status"] == "admitted"
 
 
-async def test_models_and_priority_reach_the_engine(api: httpx.AsyncClient,
-                                                    engine: RouterClient) -> None:
+async def test_models_reach_the_engine(api: httpx.AsyncClient, engine: RouterClient) -> None:
     engine.set_quota("a", {**ROOMY, "max_concurrency": 1})
     engine.set_quota("b", ROOMY)
     assert (await schedule(api, models=["a", "b"]))["model"] == "a"
     assert (await schedule(api, models=["a", "b"]))["model"] == "b"  # a is full: overflow
-    assert (await schedule(api, models=["a"], priority="hot", kind="summary"))["status"] \
-        == "wait"
+    assert (await schedule(api, models=["a"], kind="summary"))["status"] == "wait"
+
+
+async def test_a_waiting_hot_request_gets_the_freed_slot_before_an_older_bulk_one(
+        api: httpx.AsyncClient, engine: RouterClient) -> None:
+    engine.set_quota("m", {**ROOMY, "max_concurrency": 1})
+    held = await schedule(api)
+    assert (await schedule(api, request_id="bulk-1"))["status"] == "wait"
+    assert (await schedule(api, request_id="hot-1", priority="hot"))["status"] == "wait"
+    await api.post("/complete", json={"lease_id": held["lease_id"]})
+    # the bulk request asked first and retries first, but the hot one waiting holds the slot
+    assert (await schedule(api, request_id="bulk-1"))["status"] == "wait"
+    assert (await schedule(api, request_id="hot-1", priority="hot"))["status"] == "admitted"
 
 
 async def test_heartbeats_keep_a_lease_and_without_them_it_expires(
