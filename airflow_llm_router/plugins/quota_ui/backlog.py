@@ -9,6 +9,7 @@ unreachable or unconfigured task store a 503.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, TypeVar
@@ -36,6 +37,7 @@ from airflow_llm_router.store.models import (
 )
 
 router = APIRouter(prefix="/api/backlog", tags=["LLM task backlog"])
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -78,7 +80,22 @@ def _call(svc: QuotaService, fn: Callable[[TaskStore], T], body_field: bool = Fa
             "over the last 5 minutes and the ETA of what remains")
 def backlog(_: Reader, svc: Service) -> BacklogView:
     summary = _call(svc, lambda store: store.backlog_summary())
-    return BacklogView(**summary.to_dict())
+    capacity = _capacity_per_s(svc, summary.remaining)
+    eta = (round(summary.remaining / capacity, 1)
+           if capacity and summary.remaining else None)
+    return BacklogView(**summary.to_dict(), eta_at_capacity_s=eta,
+                       capacity_per_min=None if capacity is None else round(capacity * 60, 2))
+
+
+def _capacity_per_s(svc: QuotaService, remaining: int) -> float | None:
+    """Calls per second the quotas allow (the advice's sum of sustainable rates), or None
+    when the router cannot be read: the backlog counts still answer without Redis."""
+    try:
+        return float(svc.router.advice(remaining).capacity_per_s)
+    except Exception as err:
+        log.warning("Backlog ETA at capacity unavailable: cannot read the router's advice "
+                    "(%s)", type(err).__name__)
+        return None
 
 
 @router.get("/dead", summary="Dead-lettered tasks, newest failure first (never a prompt)")

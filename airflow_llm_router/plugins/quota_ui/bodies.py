@@ -120,7 +120,10 @@ class BacklogView(BaseModel):
     totals per status, statuses counted only up to the cap (``capped``: their counts are
     lower bounds), the oldest pending task's age (s), tasks solved over the last
     ``window_s`` seconds and per minute, what remains (pending + claimed) and the ETA at that
-    rate (s; null when nothing was solved recently)."""
+    rate (s; null when nothing was solved recently); and from the router's advice, what the
+    quotas allow (``capacity_per_min``: calls per minute of all enabled models together)
+    and the ETA at that capacity (no drain finishes sooner; null without Redis, a quota or
+    anything remaining)."""
 
     counts: dict[str, dict[str, int]]
     totals: dict[str, int]
@@ -131,6 +134,8 @@ class BacklogView(BaseModel):
     throughput_per_min: float
     remaining: int
     eta_s: float | None
+    capacity_per_min: float | None = None
+    eta_at_capacity_s: float | None = None
 
 
 class DeadPageView(BaseModel):

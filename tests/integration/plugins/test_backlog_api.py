@@ -44,6 +44,7 @@ def test_summary_and_dead_list(ui: QuotaUiStack, tokens: dict[str, str],
     assert doc["totals"]["dead"] == 3 and doc["remaining"] == 2
     assert doc["solved_recently"] == 1 and doc["throughput_per_min"] == 0.2
     assert doc["eta_s"] == 600.0 and doc["oldest_pending_age_s"] >= 0
+    assert doc["capacity_per_min"] == 0 and doc["eta_at_capacity_s"] is None  # no quota yet
 
     page = api(ui, tokens["viewer"], "GET", "/api/backlog/dead?limit=2").json()
     assert page["total"] == 3 and page["limit"] == 2
@@ -54,6 +55,18 @@ def test_summary_and_dead_list(ui: QuotaUiStack, tokens: dict[str, str],
                 "/api/backlog/dead?kind=summarise&error=http%20500").json()
     assert [t["id"] for t in found["tasks"]] == hot_dead
     assert found["tasks"][0]["priority"] == "hot"
+
+
+def test_eta_at_the_capacity_the_quotas_allow(ui: QuotaUiStack, tokens: dict[str, str],
+                                              tasks: TaskStore) -> None:  # noqa: F811
+    """The router's advice bounds the ETA: 120 tasks at 60 requests per minute (the rpm
+    binds: tokens are plenty) take at least 2 minutes, whatever the recent rate."""
+    assert api(ui, tokens["admin"], "PUT", "/api/quotas/gpt-a", json={
+        "rpm": 60, "tpm": 10_000_000, "max_concurrency": 100}).status_code == 201
+    tasks.enqueue([f"p{i}" for i in range(120)])
+    doc = api(ui, tokens["viewer"], "GET", "/api/backlog").json()
+    assert doc["capacity_per_min"] == 60.0 and doc["eta_at_capacity_s"] == 120.0
+    assert doc["eta_s"] is None  # nothing solved yet: no measured rate
 
 
 def test_requeue_by_ids_and_by_filter_is_logged_with_the_user(

@@ -249,18 +249,22 @@ def test_backlog_panel_shows_dead_tasks_and_requeues_them_until_solved(
     timeouts = kill(tasks, 2, error="Timeout after 120 s on gpt-large", kind="classify",
                     priority="hot")
     tasks.enqueue([f"waiting prompt {i}" for i in range(4)])
+    with ui.router() as router:  # 2 requests per minute: the 4 pending need 2 minutes at best
+        router.set_quota("gpt-small", {"rpm": 2, "tpm": 100_000, "max_concurrency": 4})
 
     log_in(browser, ui, "op")
     open_quotas_page(browser)
     wait(browser, "5 dead tasks", lambda d: card(d, "Dead") == "5")
     assert card(browser, "Pending") == "4"
+    eta = str(browser.execute_script(
+        "return document.querySelector(\"[data-card='ETA'] small\").textContent;"))
+    assert eta == "nothing solved lately · \u2265 2 min at quota capacity", eta
     wait(browser, "the dead-letter list", lambda d: sorted(dead_rows(d))
          == sorted(overloaded + timeouts))
     first = str(browser.execute_script(
         f"return document.querySelector(\"tr[data-task='{timeouts[-1]}']\").innerText;"))
     assert "Timeout after 120 s" in first and "classify" in first and "hot" in first
     assert "prompt" not in browser.find_element(By.ID, "backlog").text
-    viewport_shot(browser, "backlog", screenshot_path(tmp_path, "backlog.png"))
 
     # requeue all matching a filter: the two timeouts go back to pending
     filter_dead(browser, "timeout")
@@ -304,6 +308,7 @@ def test_backlog_panel_shows_dead_tasks_and_requeues_them_until_solved(
         "return r.length === 2 ? r : null;"))
     assert "op" in shown[0] and "1 task(s) by id" in shown[0]
     assert "all matching error \u201ctimeout\u201d" in shown[1]
+    viewport_shot(browser, "backlog", screenshot_path(tmp_path, "backlog.png"))
 
 
 def test_add_a_model_on_the_page_makes_it_admissible_and_delete_removes_it(

@@ -21,6 +21,18 @@ function card(name, value, detail) {
     el("small", {}, detail));
 }
 
+// Under the ETA at the recent rate: what remains, and the soonest the quotas allow (the
+// router's advice: every enabled model at its sustainable rate).
+function etaDetail(body) {
+  if (!body.remaining) return "nothing remains";
+  const parts = [body.eta_s == null ? "nothing solved lately"
+    : `${body.remaining.toLocaleString()} remaining`];
+  if (body.eta_at_capacity_s != null) {
+    parts.push(`≥ ${duration(body.eta_at_capacity_s)} at quota capacity`);
+  }
+  return parts.join(" · ");
+}
+
 function lanes(counts, capped) {
   const more = capped ? "+" : "";
   return `hot ${counts.hot.toLocaleString()}${more} · bulk ${counts.bulk.toLocaleString()}${more}`;
@@ -41,12 +53,11 @@ async function loadBacklog() {
     card("Claimed", total("claimed"), lanes(body.counts.claimed, capped.has("claimed"))),
     card("Solved", total("solved"), lanes(body.counts.solved, capped.has("solved"))),
     card("Dead", total("dead"), lanes(body.counts.dead, capped.has("dead"))),
-    card("Oldest pending", duration(body.oldest_pending_age_s), "since enqueued"),
+    card("Oldest pending", duration(body.oldest_pending_age_s),
+      body.oldest_pending_age_s == null ? "nothing pending" : "since enqueued"),
     card("Throughput", `${body.throughput_per_min} / min`,
       `${body.solved_recently} solved in ${body.window_s / 60} min`),
-    card("ETA", body.eta_s == null ? "—" : duration(body.eta_s),
-      body.eta_s == null ? (body.remaining ? "nothing solved lately" : "nothing remains")
-        : `${body.remaining.toLocaleString()} remaining`));
+    card("ETA", body.eta_s == null ? "—" : duration(body.eta_s), etaDetail(body)));
   for (const node of cards.querySelectorAll("[data-card=Dead] .value")) {
     node.classList.toggle("bad", body.totals.dead > 0);
   }
