@@ -4,10 +4,15 @@ Redis that lost them, and enforced again from there."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
+from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.quotas import QuotaStore
+from airflow_llm_router.quotas.loader import read_quota_file
 
 PRICED = {"rpm": 100, "tpm": 10**6, "max_concurrency": 10,
           "input_micro_usd_per_mtok": 2_000_000, "output_micro_usd_per_mtok": 8_000_000,
@@ -44,3 +49,19 @@ def test_a_patch_of_the_budget_keeps_the_prices(quota_store: QuotaStore,
     quota = router.get_quota("m")
     assert quota is not None
     assert (quota.budget_micro_usd, quota.input_micro_usd_per_mtok) == (5_000, 2_000_000)
+
+
+def test_a_quota_file_carries_prices_and_names_a_bad_one(tmp_path: Path) -> None:
+    good = tmp_path / "quotas.yaml"
+    good.write_text("models:\n"
+                    "  gpt-large: {rpm: 60, tpm: 90000, max_concurrency: 8,\n"
+                    "              input_micro_usd_per_mtok: 2500000,\n"
+                    "              output_micro_usd_per_mtok: 10000000,\n"
+                    "              budget_micro_usd: 50000000, budget_period_s: 86400}\n")
+    quota = read_quota_file(good)["gpt-large"]
+    assert (quota.input_micro_usd_per_mtok, quota.budget_micro_usd) == (2_500_000, 50_000_000)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpt-large: {rpm: 60, tpm: 90000, max_concurrency: 8,\n"
+                   "            output_micro_usd_per_mtok: -1}\n")
+    with pytest.raises(QuotaValidationError, match="gpt-large: output_micro_usd_per_mtok: "):
+        read_quota_file(bad)
