@@ -9,9 +9,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_llm_router.store import TaskStore, TaskValidationError
+from airflow_llm_router.store import DeadFilter, TaskStore, TaskValidationError
 from airflow_llm_router.store import models as store_models
-from airflow_llm_router.store.models import DeadFilter
 
 
 def _kill(store: TaskStore, n: int, *, error: str = "boom", **enqueue: object) -> list[int]:
