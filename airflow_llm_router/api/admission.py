@@ -128,6 +128,10 @@ class CompleteBody(BaseModel):
         "error: a 5xx or a timeout (counts towards the circuit breaker)"))
     retry_after_s: float | None = Field(None, ge=0, le=86_400, allow_inf_nan=False,
                                         description="the backend's Retry-After, with a 429")
+    arrival_delay_s: float | None = Field(None, ge=0, le=600, allow_inf_nan=False, description=(
+        "seconds from sending the /schedule that admitted this lease to the backend "
+        "receiving the call (its x-received-ms header, if it sends one; else when you sent "
+        "the call): the engine widens the model's guard to cover this HTTP hop"))
 
 
 class Completed(BaseModel):
@@ -210,7 +214,8 @@ async def complete(body: CompleteBody, _: Writer, router_client: Client) -> Comp
     usage = body.usage
     done = await router_client.complete_many([Completion(
         body.lease_id, usage.input_tokens if usage else None,
-        usage.output_tokens if usage else None, body.outcome, body.retry_after_s)])
+        usage.output_tokens if usage else None, body.outcome, body.retry_after_s,
+        arrival_delay_s=body.arrival_delay_s)])
     if done[0] == "unknown":
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"lease {body.lease_id!r} is unknown: it never existed, or its "

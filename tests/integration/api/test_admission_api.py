@@ -266,3 +266,16 @@ async def test_oversized_bodies_are_refused_unread(api: httpx.AsyncClient,
     anonymous = await api.post("/schedule", json=padding, headers={"Authorization": ""})
     assert anonymous.status_code == 413
     assert (await schedule(api))["status"] == "admitted"  # normal bodies pass
+
+
+async def test_a_reported_http_hop_widens_the_models_guard(api: httpx.AsyncClient,
+                                                           engine: RouterClient) -> None:
+    engine.set_quota("m", {**ROOMY, "rpm": 2, "window_s": 4})
+    first, _ = await schedule(api), await schedule(api)  # the model at its full quota
+    assert engine.stats().models["m"].guard_ms == 50
+    done = await api.post("/complete", json={
+        "lease_id": first["lease_id"], "usage": {"input_tokens": 5, "output_tokens": 5},
+        "arrival_delay_s": 0.4})
+    assert done.json()["status"] == "released"
+    stats = engine.stats().models["m"]
+    assert stats.guard_ms >= 1.25 * 400 and stats.counters["guard_widened"] == 1
