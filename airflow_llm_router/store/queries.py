@@ -32,18 +32,15 @@ ROW_COLUMNS = (
 
 _CLEAR_CLAIM = "claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, updated_at = now()"
 
-# One row per task from parallel arrays; each task's model list travels as JSON (arrays of
-# lists of different lengths do not exist in PostgreSQL). A task whose idempotency key is
+# One row per task from parallel arrays; each task's model list travels as an array literal
+# (arrays of lists of different lengths do not exist in PostgreSQL). A task whose key is
 # already in the table is skipped (ON CONFLICT waits for a concurrent inserter of the same
 # key to commit or roll back); _ENQUEUE_KEYS then finds its id in the same transaction.
 _ENQUEUE = """
 INSERT INTO {tasks} (prompt, kind, priority, allowed_models, max_attempts, metadata,
                      idempotency_key)
-SELECT u.prompt, u.kind, u.priority,
-       CASE WHEN u.models IS NULL THEN NULL ELSE ARRAY(
-           SELECT m.name FROM jsonb_array_elements_text(u.models::jsonb)
-                  WITH ORDINALITY AS m(name, n) ORDER BY m.n) END,
-       u.max_attempts, u.metadata::jsonb, u.idempotency_key
+SELECT u.prompt, u.kind, u.priority, u.models::text[], u.max_attempts, u.metadata::jsonb,
+       u.idempotency_key
   FROM unnest(%(prompts)s::text[], %(kinds)s::text[], %(priorities)s::text[],
               %(allowed_models)s::text[], %(max_attempts)s::int[], %(metadata)s::text[],
               %(keys)s::text[])

@@ -56,8 +56,8 @@ _PRIORITIES = ("hot", "bulk")
 @dataclass(frozen=True)
 class EnqueueRows:
     """The checked tasks of one enqueue, a list per column (one value per task), ready to
-    bind to its statement. ``allowed_models`` holds each task's list as JSON (or None):
-    PostgreSQL arrays cannot nest lists of different lengths."""
+    bind to its statement. ``allowed_models`` holds each task's list as a PostgreSQL array
+    literal (or None): arrays cannot nest lists of different lengths."""
 
     prompts: list[str]
     priorities: list[str]
@@ -84,7 +84,7 @@ def validate_enqueue(prompts: object, *, priority: object, allowed_models: objec
     return EnqueueRows(
         prompts=checked,
         priorities=[validate_priority(priority)] * count,
-        allowed_models=[_models_json(models)] * count,
+        allowed_models=[_models_literal(models)] * count,
         kinds=[validate_kind(kind)] * count,
         max_attempts=[validate_max_attempts(max_attempts)] * count,
         metadata=validate_metadata(metadata, count),
@@ -106,7 +106,7 @@ def validate_tasks(tasks: object, max_prompt_chars: int) -> EnqueueRows:
             columns["prompts"] += validate_prompts([task.prompt], max_prompt_chars)
             columns["priorities"].append(validate_priority(task.priority))
             columns["allowed_models"].append(
-                _models_json(validate_allowed_models(task.allowed_models)))
+                _models_literal(validate_allowed_models(task.allowed_models)))
             columns["kinds"].append(validate_kind(task.kind))
             columns["max_attempts"].append(validate_max_attempts(task.max_attempts))
             columns["metadata"].append(
@@ -128,8 +128,10 @@ def _within(prefix: str) -> Iterator[None]:
         raise TaskValidationError(f"{prefix}.{field}", message) from err
 
 
-def _models_json(models: list[str] | None) -> str | None:
-    return None if models is None else json.dumps(models)
+def _models_literal(models: list[str] | None) -> str | None:
+    """``{"a","b"}``: checked model names hold no quote, backslash, brace, comma or space
+    (``names.MODEL_NAME_RE``), so quoting each is the whole escaping an array literal needs."""
+    return None if models is None else "{" + ",".join(f'"{m}"' for m in models) + "}"
 
 
 def validate_idempotency_keys(keys: object, count: int) -> list[str | None]:

@@ -212,3 +212,11 @@ def test_migration_2_upgrades_a_version_1_table_in_place(pg_dsn: str, pg_schema:
         keys = conn.execute(sql.SQL("SELECT prompt, idempotency_key FROM {} ORDER BY id").format(
             names.tasks)).fetchall()
     assert keys == [("v1 a", None), ("v1 b", None), ("v2", "k"), ("v2", None)]
+
+
+def test_every_character_a_model_name_may_hold_survives_the_array_literal(
+        store: TaskStore) -> None:
+    models = ["org/model:v1@eu+x.y_z-2", "A", "9" * 128]
+    result = store.enqueue_tasks([NewTask("p", allowed_models=models), NewTask("q")])
+    rows = [store.get(i) for i in result.ids]
+    assert [r.allowed_models for r in rows if r is not None] == [tuple(models), None]
