@@ -251,6 +251,25 @@ async def test_routes_need_the_token(api: httpx.AsyncClient, store: TaskStore) -
     assert store.counts()["pending"] == 1
 
 
+async def test_an_unreachable_database_answers_503(
+        make_tasks_api: MakeTasksApi, pg_schema: str, store: TaskStore) -> None:
+    """The store's connection fails (here: a port nobody listens on): 503 with Retry-After,
+    never a 500 or the DSN's password."""
+    api = await make_tasks_api(with_store=False)
+    app = api._transport.app  # type: ignore[attr-defined]
+
+    async def unreachable() -> TaskStore:
+        return TaskStore("postgresql://postgres:s3cret@127.0.0.1:1/test?connect_timeout=2",
+                         schema=pg_schema)
+
+    app.state.task_store = Lazy(unreachable, "the test's broken store")
+    response = await api.post("/tasks", json={"tasks": [{"prompt": "x"}]})
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert "task store is unavailable" in response.json()["detail"]
+    assert "s3cret" not in response.text
+    assert (await api.get("/tasks/1")).status_code == 503
+
+
 async def test_an_app_without_a_store_answers_503(make_tasks_api: MakeTasksApi) -> None:
     api = await make_tasks_api(with_store=False)
     response = await api.post("/tasks", json={"tasks": [{"prompt": "x"}]})
