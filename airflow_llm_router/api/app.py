@@ -63,8 +63,8 @@ def create_app(*, access: Access, router: Lazy[AsyncRouterClient],
     access.install(app)
     app.include_router(admission.router)
     app.add_middleware(BodyLimit, limits={
-        route.path: ADMISSION_BODY_BYTES for route in admission.router.routes
-        if isinstance(route, APIRoute)})
+        **{route.path: ADMISSION_BODY_BYTES for route in admission.router.routes
+           if isinstance(route, APIRoute)}, **tasks.BODY_LIMITS})
     app.include_router(tasks.router)
     app.add_exception_handler(RequestValidationError, validation_handler())
     for error in (Unavailable, RedisError, ReplicationLagError):

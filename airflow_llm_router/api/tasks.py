@@ -10,7 +10,8 @@ and an **idempotency key**: a retried POST (its answer lost on the way) answers 
 the tasks the first one made and adds nothing, also when the retries race.
 
 Limits: at most :data:`MAX_TASKS_PER_POST` tasks and :data:`MAX_BODY_BYTES` bytes per POST
-(413 naming ``body`` before anything is parsed), the store's own prompt limit
+(413 naming ``body`` before anything is read further: :data:`BODY_LIMITS`, enforced by the
+app's ``BodyLimit`` middleware), the store's own prompt limit
 (``max_prompt_chars``) and everything else :mod:`airflow_llm_router.store.validation`
 refuses: 422 naming the field (``tasks.3.prompt``), and nothing of the POST is written.
 ``GET /tasks/{id}`` answers the task's state without its prompt unless asked
@@ -28,15 +29,13 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-from starlette.types import Message
 
 from airflow_llm_router.api.auth import Reader, Writer
 from airflow_llm_router.api.errors import invalid
@@ -52,61 +51,24 @@ from airflow_llm_router.store.validation import (
     MAX_IDEMPOTENCY_KEY_CHARS,
 )
 
-__all__ = ["MAX_BODY_BYTES", "MAX_TASKS_PER_POST", "router"]
+__all__ = ["BODY_LIMITS", "MAX_BODY_BYTES", "MAX_TASKS_PER_POST", "router"]
 
 #: Most tasks one ``POST /tasks`` may carry.
 MAX_TASKS_PER_POST = 1000
-#: Largest request body (bytes) a task route reads; larger ones are refused unread (413).
+#: Largest ``POST /tasks`` body (bytes); larger ones are refused unread (413).
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: Largest ``POST /tasks/requeue`` body (bytes): 10,000 ids of 19 digits fit.
+REQUEUE_BODY_BYTES = 256 * 1024
+#: Body limits per path, enforced by the app's :class:`~airflow_llm_router.api.limits.BodyLimit`
+#: before a body is read (and before the caller is authenticated).
+BODY_LIMITS = {"/tasks": MAX_BODY_BYTES, "/tasks/requeue": REQUEUE_BODY_BYTES}
 #: Largest task id (PostgreSQL bigint).
 _MAX_ID = 2**63 - 1
 
 T = TypeVar("T")
 
 
-def _too_large(size: str) -> JSONResponse:
-    return JSONResponse({"detail": [{
-        "loc": ["body"], "field": "body", "type": "too_large",
-        "msg": f"the request body is {size}, more than {MAX_BODY_BYTES} bytes; send fewer "
-               f"tasks per POST (at most {MAX_TASKS_PER_POST}) or shorter prompts"}]},
-        status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
-
-
-class _LimitedBody(APIRoute):
-    """Reads at most :data:`MAX_BODY_BYTES` of a body before FastAPI parses it: a declared
-    ``Content-Length`` over the limit is refused unread, a chunked body as soon as it
-    passes the limit. The bytes read are handed on to the route unchanged."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handle = super().get_route_handler()
-
-        async def limited(request: Request) -> Response:
-            if request.method != "POST":
-                return await handle(request)
-            declared = request.headers.get("content-length")
-            if declared is not None and (not declared.isdigit()
-                                         or int(declared) > MAX_BODY_BYTES):
-                return _too_large(f"{declared} bytes")
-            body = bytearray()
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    return _too_large(f"over {MAX_BODY_BYTES} bytes")
-            sent = False
-
-            async def replay() -> Message:
-                nonlocal sent
-                if sent:
-                    return {"type": "http.disconnect"}
-                sent = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-            return await handle(Request(request.scope, replay))
-
-        return limited
-
-
-router = APIRouter(tags=["tasks"], route_class=_LimitedBody)
+router = APIRouter(tags=["tasks"])
 
 ModelName = Annotated[str, StringConstraints(pattern=MODEL_NAME_RE.pattern)]
 TaskId = Annotated[int, Path(ge=1, le=_MAX_ID, description="the task's id")]
@@ -227,15 +189,15 @@ def _refused(err: TaskValidationError, under: str = "") -> JSONResponse:
                      "type": "value_error.task_store", "msg": message}])
 
 
-_BODY_LIMIT: dict[int | str, dict[str, Any]] = {
-    413: {"description": f"the body is over {MAX_BODY_BYTES} bytes (field: body)"}}
+def _too_large(path: str) -> dict[int | str, dict[str, Any]]:
+    return {413: {"description": f"the body is over {BODY_LIMITS[path]} bytes (field: body)"}}
 
 
 @router.post("/tasks", summary="Add tasks to the backlog (one or many, all or nothing)",
              status_code=status.HTTP_201_CREATED, response_model=Enqueued,
              responses={200: {"model": Enqueued, "description": (
                  "every task's idempotency key was already stored: nothing was added")},
-                 **_BODY_LIMIT})
+                 **_too_large("/tasks")})
 async def post_tasks(body: TasksBody, _: Writer, store: Store, response: Response) -> Any:
     tasks = [NewTask(prompt=t.prompt, priority=t.priority, allowed_models=t.allowed_models,
                      kind=t.kind, max_attempts=t.max_attempts, metadata=t.metadata,
@@ -302,8 +264,9 @@ class Requeued(BaseModel):
 
 
 @router.post("/tasks/requeue", summary="Move dead tasks back to pending (by ids or a filter)",
-             response_model=Requeued, responses={**_BODY_LIMIT, 422: {"description": (
-                 "invalid, or both or neither of ids and matching (nothing changed)")}})
+             response_model=Requeued, responses={
+                 **_too_large("/tasks/requeue"), 422: {"description": (
+                     "invalid, or both or neither of ids and matching (nothing changed)")}})
 async def requeue(body: RequeueBody, caller: Writer, store: Store) -> Any:
     matching = None if body.matching is None else DeadFilter(
         **body.matching.model_dump(exclude_none=True))

@@ -222,8 +222,9 @@ async def test_too_many_tasks_and_too_long_prompts_are_refused(
 
 
 async def test_bodies_over_the_limit_are_refused_unread(
-        api: httpx.AsyncClient, store: TaskStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tasks_api, "MAX_BODY_BYTES", 1000)
+        make_tasks_api: MakeTasksApi, store: TaskStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(tasks_api.BODY_LIMITS, "/tasks", 1000)
+    api = await make_tasks_api()
     body = json.dumps({"tasks": [{"prompt": "x" * 1000}]}).encode()
     declared = await api.post("/tasks", content=body,
                               headers={"Content-Type": "application/json"})
@@ -239,7 +240,14 @@ async def test_bodies_over_the_limit_are_refused_unread(
     assert streamed.status_code == 413 and _field(streamed) == "body"
     fits = await api.post("/tasks", json={"tasks": [{"prompt": "x" * 100}]})
     assert fits.status_code == 201
+    unauthenticated = await api.post("/tasks", content=body, headers={
+        "Content-Type": "application/json", "Authorization": ""})
+    assert unauthenticated.status_code == 413  # refused before anyone is asked who it is
     assert store.counts()["pending"] == 1
+    many = json.dumps({"ids": list(range(10**15, 10**15 + 20_000))})
+    assert len(many) > tasks_api.BODY_LIMITS["/tasks/requeue"]
+    assert _field(await api.post("/tasks/requeue", content=many, headers={
+        "Content-Type": "application/json"})) == "body"
 
 
 async def test_routes_need_the_token(api: httpx.AsyncClient, store: TaskStore) -> None:
