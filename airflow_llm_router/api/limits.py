@@ -29,6 +29,14 @@ def _refusal(limit: int, size: str) -> tuple[Message, Message]:
     return start, {"type": "http.response.body", "body": body}
 
 
+def _route_path(scope: Scope) -> str:
+    """The path inside this app: where the app is mounted (the Airflow plugin mounts it at
+    ``/llm-router-api``), ``path`` still holds the mount's prefix, given as ``root_path``."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 class BodyLimit:
     """ASGI middleware: bodies of the paths in ``limits`` (exact path -> bytes) are cut off
     at their limit with a 413; other paths pass untouched (their routes set their own)."""
@@ -38,7 +46,7 @@ class BodyLimit:
         self.limits = dict(limits)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = self.limits.get(scope.get("path", "")) if scope["type"] == "http" else None
+        limit = self.limits.get(_route_path(scope)) if scope["type"] == "http" else None
         if limit is None:
             await self.app(scope, receive, send)
             return

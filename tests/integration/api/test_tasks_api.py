@@ -355,3 +355,26 @@ async def test_requeue_needs_the_token(api: httpx.AsyncClient, store: TaskStore)
     response = await api.post("/tasks/requeue", json={"ids": dead},
                               headers={"Authorization": "Bearer nope"})
     assert response.status_code == 401 and store.counts()["dead"] == 1
+
+
+async def test_body_limits_hold_where_the_app_is_mounted(
+        make_tasks_api: MakeTasksApi, store: TaskStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Airflow plugin mounts the app under /llm-router-api: the limits still apply (the
+    mount's prefix is not part of the route's path)."""
+    from fastapi import FastAPI
+
+    monkeypatch.setitem(tasks_api.BODY_LIMITS, "/tasks", 1000)
+    inner = await make_tasks_api()
+    parent = FastAPI()
+    parent.mount("/llm-router-api", inner._transport.app)  # type: ignore[attr-defined]
+    body = json.dumps({"tasks": [{"prompt": "x" * 1000}]})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=parent),
+                                 base_url="http://airflow", headers=AUTH) as client:
+        refused = await client.post("/llm-router-api/tasks", content=body,
+                                    headers={"Content-Type": "application/json"})
+        schedule = await client.post("/llm-router-api/schedule", content="x" * 100_000,
+                                     headers={"Content-Type": "application/json"})
+        fits = await client.post("/llm-router-api/tasks", json={"tasks": [{"prompt": "ok"}]})
+    assert (refused.status_code, schedule.status_code, fits.status_code) == (413, 413, 201)
+    assert store.counts()["pending"] == 1
