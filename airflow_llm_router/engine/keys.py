@@ -23,7 +23,9 @@ NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: Router-wide keys: attribute name in Lua -> key suffix.
 ROUTER_KEYS: dict[str, str] = {
     "K_QUOTAS": "quotas",  # HASH model -> quota JSON
-    "K_LEASES": "leases",  # HASH lease id -> "<admitted ms>:<probe 0/1>:<request id>"
+    # HASH lease id -> "<admitted ms>:<probe 0/1>:<request id>", then the kind and the
+    #      reservation's cost when there are (lib/prelude.lua lease_record)
+    "K_LEASES": "leases",
     "K_REQUESTS": "requests",  # HASH request id -> lease id (idempotent admission)
     "K_WAITERS": "waiters",  # ZSET request id -> rank (hot ahead of bulk, then first wait)
     "K_WAIT_INFO": "waitinfo",  # HASH request id -> waiter JSON
