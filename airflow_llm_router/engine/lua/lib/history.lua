@@ -2,23 +2,23 @@
 -- scripts themselves (so every caller's traffic is in it, sampled once, on the Redis clock)
 -- and read by history.lua for the quota page's chart. Units: ms (Redis TIME), tokens as
 -- admission counts them (estimates until a call settles), limits per the model's window.
--- K_HIST(m): HASH bucket number (NOW // HIST_BUCKET_MS) -> "v1,v2,..." in HIST_FIELDS order,
--- -1 for "not recorded in this bucket". Bounded: a new bucket deletes the one HIST_KEEP
+-- K_HIST(m): HASH bucket number (NOW // HIST_BUCKET_MS) -> "v1,v2,...,v14" in the order
+-- below, -1 for "not recorded in this bucket". Bounded: a new bucket deletes the one HIST_KEEP
 -- buckets older (and, after a gap, every older one), and the key expires HIST_KEEP buckets
 -- after its last new bucket, so an idle or deleted model's history goes away by itself.
--- Cost: one HGET and one HSET per model an admit call loads; complete writes only for a
--- model with a 429 or an error in the batch.
+-- Cost: one HGET and (unless nothing changed) one HSET per model an admit call loads;
+-- complete writes only for a model with a 429 or an error in the batch.
 local HIST_BUCKET_MS = 10000
 local HIST_KEEP = 360
--- admitted: admissions; requests/tokens: the most the window held (what rpm/tpm limit);
--- in_flight: the most calls in flight; rate_limited/errors: outcomes of settled calls;
--- breaker_opened: times the breaker opened; rpm..max_concurrency: the targets (the quota);
--- eff_*: the learned effective limits in force (-1: the target itself); window_ms.
-local HIST_FIELDS = {'admitted', 'requests', 'tokens', 'in_flight', 'rate_limited', 'errors',
-                     'breaker_opened', 'rpm', 'tpm', 'max_concurrency', 'eff_rpm', 'eff_tpm',
-                     'eff_max_concurrency', 'window_ms'}
--- how a value merges into its bucket: s = sum, m = max, l = last written
-local HIST_MERGE = 'smmmsss' .. 'lllllll'
+-- A bucket's values, in order (history.lua names them for readers): 1 admitted (sum),
+-- 2 requests and 3 tokens: the most the window held (max; what rpm/tpm limit), 4 in flight
+-- (max), 5 rate_limited, 6 errors (outcomes of settled calls), 7 breaker_opened (sums),
+-- 8 rpm, 9 tpm, 10 max_concurrency: the targets (the quota), 11-13 the learned effective
+-- limits in force (-1: the target itself), 14 window_ms (last written).
+local HIST_N = 14
+local HIST_PATTERN = '^(-?%d+),(-?%d+),(-?%d+),(-?%d+),(-?%d+),(-?%d+),(-?%d+),(-?%d+),' ..
+                     '(-?%d+),(-?%d+),(-?%d+),(-?%d+),(-?%d+),(-?%d+)$'
+local HIST_FORMAT = '%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d'
 local HIST_OPENED = {}
 
 -- A new bucket b: drop the buckets that fell out of the kept span.
@@ -34,7 +34,8 @@ local function hist_trim(key, b)
   if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
 end
 
--- Merge `add` (index in HIST_FIELDS -> value, nil: nothing to say) into m's current bucket.
+-- Merge `add` (value index -> value, nil: nothing to say) into m's current bucket; one HGET,
+-- and one HSET unless nothing changed.
 local function hist_record(m, add)
   local key = K_HIST(m)
   local b = math.floor(NOW / HIST_BUCKET_MS)
@@ -42,18 +43,20 @@ local function hist_record(m, add)
   local cur = redis.call('HGET', key, field)
   local v = {}
   if cur then
-    for x in string.gmatch(cur, '[^,]+') do v[#v + 1] = tonumber(x) end
+    v = {string.match(cur, HIST_PATTERN)}
   else
     hist_trim(key, b)
   end
-  for k = 1, #HIST_FIELDS do
-    local old, x, how = v[k] or -1, add[k], string.sub(HIST_MERGE, k, k)
+  for k = 1, HIST_N do
+    local x, old = add[k], tonumber(v[k]) or -1
     if x == nil then x = old
-    elseif how == 's' then x = math.max(old, 0) + x
-    elseif how == 'm' then x = math.max(old, x) end
-    v[k] = int(x)
+    elseif k == 1 or (k >= 5 and k <= 7) then x = math.max(old, 0) + x
+    elseif k <= 4 then x = math.max(old, x) end
+    v[k] = x
   end
-  redis.call('HSET', key, field, table.concat(v, ','))
+  local packed = string.format(HIST_FORMAT, unpack(v))
+  if packed == cur then return end
+  redis.call('HSET', key, field, packed)
   if not cur then redis.call('PEXPIRE', key, int((HIST_KEEP + 1) * HIST_BUCKET_MS)) end
 end
 
