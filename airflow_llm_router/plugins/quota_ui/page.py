@@ -16,6 +16,11 @@ router = APIRouter(tags=["LLM quotas page"])
 _STATIC = files("airflow_llm_router.plugins.quota_ui") / "static"
 _ASSETS = {"quotas.js": "text/javascript", "quotas.css": "text/css",
            "models.js": "text/javascript", "backlog.js": "text/javascript"}
+#: The Traffic chart and the charting library served with it (uPlot 1.6.32 from npm, MIT:
+#: vendor/uPlot.LICENSE), so the page needs no CDN and works offline.
+_ASSETS.update({"traffic.js": "text/javascript", "traffic.css": "text/css",
+                "vendor/uPlot.iife.min.js": "text/javascript",
+                "vendor/uPlot.min.css": "text/css", "vendor/uPlot.LICENSE": "text/plain"})
 #: The page refreshes usage this often (ms).
 REFRESH_MS = 3000
 
@@ -31,9 +36,9 @@ def page(request: Request, _: Reader) -> HTMLResponse:
     return HTMLResponse(body, headers={"Cache-Control": "no-store"})
 
 
-@router.get("/ui/{name}", include_in_schema=False)
+@router.get("/ui/{name:path}", include_in_schema=False)
 def asset(name: str, _: Reader) -> Response:
     if name not in _ASSETS:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no asset {name!r}")
-    return Response((_STATIC / name).read_text(), media_type=_ASSETS[name],
+    return Response(_STATIC.joinpath(*name.split("/")).read_text(), media_type=_ASSETS[name],
                     headers={"Cache-Control": "no-cache"})

@@ -79,3 +79,21 @@ def test_bad_input_is_422_naming_the_field(ui: QuotaUiStack, tokens: dict[str, s
     assert "model name" in response.json()["detail"][0]["msg"]
     response = api(ui, viewer, "GET", "/api/models/ghost/history")
     assert response.status_code == 404 and "ghost" in response.json()["detail"]
+
+
+def test_the_page_serves_its_chart_and_the_vendored_library(
+        ui: QuotaUiStack, tokens: dict[str, str]) -> None:
+    viewer = tokens["viewer"]
+    page = api(ui, viewer, "GET", "/ui")
+    assert 'id="traffic-chart"' in page.text
+    assert 'src="ui/vendor/uPlot.iife.min.js"' in page.text  # served here: no CDN
+    for name, kind, marker in [("traffic.js", "javascript", "llmTraffic"),
+                               ("vendor/uPlot.iife.min.js", "javascript", "uPlot"),
+                               ("vendor/uPlot.min.css", "css", ".uplot"),
+                               ("vendor/uPlot.LICENSE", "plain", "MIT License")]:
+        response = api(ui, viewer, "GET", f"/ui/{name}")
+        assert response.status_code == 200, name
+        assert kind in response.headers["content-type"] and marker in response.text, name
+        assert api(ui, None, "GET", f"/ui/{name}").status_code == 401, name
+    for name in ("vendor/other.js", "vendor/%2e%2e/quotas.js", "history.py"):
+        assert api(ui, viewer, "GET", f"/ui/{name}").status_code == 404, name
