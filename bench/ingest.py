@@ -1,6 +1,6 @@
 """Task ingestion over HTTP beside a running drain; on demand, not in CI.
 
-    python -m bench.ingest                 # three runs, ~3 minutes
+    python -m bench.ingest                 # four runs, ~4 minutes
     python -m bench.ingest --write         # and rewrite its section of docs/benchmarks.md
 
 Parts, each real: the standalone HTTP API (``python -m airflow_llm_router.api``, its own
@@ -22,8 +22,10 @@ thread of this process) notes when each prompt reaches the backend.
    and to its call reaching the backend (the proxy's record), and how many bulk calls
    reached the backend in that time; for contrast, the bulk tasks' time from POST to call.
 
-Also reported: the backend's own 429s and limit violations (zero means the router kept
-every model under its limits while the API fed it).
+Both run with each ``--in-flight`` value (the drain's ``max_in_flight``: how many claimed
+tasks it holds, in flight or waiting for admission), ``--runs`` times each. Also reported:
+the backend's own 429s and limit violations (zero means the router kept every model under
+its limits while the API fed it).
 """
 
 from __future__ import annotations
@@ -76,6 +78,17 @@ FLUSH_S = 0.05
 POLL_S = 0.05
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: give integers separated by commas") \
+            from err
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be at least 1")
+    return values
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -88,10 +101,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=8, help="each model's limit")
     parser.add_argument("--latency", type=float, default=0.5,
                         help="each call's fixed latency (wall-clock seconds)")
-    parser.add_argument("--in-flight", type=int, default=100,
-                        help="the drain's max_in_flight (claimed tasks it holds)")
+    parser.add_argument("--in-flight", type=_ints, default=[100, 40],
+                        help="the drain's max_in_flight (claimed tasks it holds): each value "
+                        "is run --runs times")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=3, help="runs, each from scratch")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="runs per --in-flight value, each from scratch")
     parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
                         help="a PostgreSQL the benchmark may create and drop a schema in")
     parser.add_argument("--write", action="store_true",
@@ -313,7 +328,7 @@ class Bench:
         }
 
 
-def run(opts: argparse.Namespace) -> dict[str, Any]:
+def run(opts: argparse.Namespace, in_flight: int) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:8]
     schema, namespace = f"llmr_ingest_{run_id}", f"ingest-{run_id}"
     prof = _profile(opts)
@@ -355,7 +370,7 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         bench = Bench(opts, api, token, store, schema, recorder)
 
         async def go() -> dict[str, Any]:
-            drain = asyncio.create_task(_drain(schema, opts))
+            drain = asyncio.create_task(_drain(schema, in_flight))
             try:
                 async with httpx.AsyncClient(base_url=api, headers=bench.headers,
                                              timeout=60) as client:
@@ -370,6 +385,7 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         results = asyncio.run(go())
         served = httpx.get(f"{sim.url}/stats", timeout=10).json()
     totals = served["totals"]
+    results["in_flight"] = in_flight
     results["backend"] = {"rejected_429": totals["rejected_429"],
                           "violations": totals["violations"],
                           "peak_concurrency": {m: s.get("peak_concurrency")
@@ -377,11 +393,11 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-async def _drain(schema: str, opts: argparse.Namespace) -> dict[str, Any]:
+async def _drain(schema: str, in_flight: int) -> dict[str, Any]:
     trigger = DrainTrigger(
         store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
         worker_id=f"ingest-{schema}",
-        settings={"claim_ttl_s": 30, "claim_batch": 50, "max_in_flight": opts.in_flight,
+        settings={"claim_ttl_s": 30, "claim_batch": 50, "max_in_flight": in_flight,
                   "linger_s": 3600, "flush_every_s": FLUSH_S, "backoff_s": 0.05},
         router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
         deadline=time.time() + 1800)
@@ -397,25 +413,28 @@ def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
     slots = opts.models * opts.concurrency
     lines = [
         HEADING, "",
-        f"`python -m bench.ingest --runs {len(runs)}` (run "
+        f"`python -m bench.ingest --runs {opts.runs} --in-flight "
+        f"{','.join(map(str, opts.in_flight))}` (run "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, seed {opts.seed}, on the "
         "shared 2-core machine): the standalone HTTP API in its own process, plain `httpx` "
         "producers, one `DrainTrigger` lingering on the store's notifications, the simulator "
         f"with {opts.models} models of {opts.concurrency} concurrent calls each ({slots} "
         f"slots), every call {opts.latency:g} s (so at most {slots / opts.latency:g} "
-        f"answers/s); the drain holds up to {opts.in_flight} claimed tasks. A recording proxy "
-        "notes when each prompt reaches the backend.", "",
+        "answers/s); the drain holds up to `max_in_flight` claimed tasks (its slots: "
+        "calls in flight and claimed tasks waiting for admission). A recording proxy notes "
+        "when each prompt reaches the backend.", "",
         f"**Ingestion**: {opts.tasks} tasks POSTed by {opts.producers} producers in POSTs of "
         f"{opts.batch} (each task with an idempotency key) while the drain ran, then the first "
         "POST sent again (a retry after a lost answer).", "",
-        "| run | POST p50 / p95 | all posted | all answered (from the first POST) | "
-        "answers/s | solved / dead | the retried POST: duplicates / created |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| run | max_in_flight | POST p50 / p95 | all posted | all answered (from the first "
+        "POST) | answers/s | solved / dead | the retried POST: duplicates / created |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, r in enumerate(runs, 1):
         a = r["ingestion"]
         lines.append(
-            f"| {n} | {a['post_p50_ms']} / {a['post_p95_ms']} ms | {a['all_posted_s']} s | "
+            f"| {n} | {r.get('in_flight', 100)} | {a['post_p50_ms']} / {a['post_p95_ms']} ms "
+            f"| {a['all_posted_s']} s | "
             f"{a['all_answered_s']} s | {a['answers_per_s']} | {a['solved']} / {a['dead']} | "
             f"{a['retry_duplicates']} / {a['retry_created']} |")
     lines += [
@@ -423,15 +442,16 @@ def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         f"busy, {opts.hot} hot tasks POSTed one at a time, 0.2-0.6 s apart, each behind ~500 "
         "waiting tasks. Times from the POST (the row's `created_at`); bulk calls counted "
         "when they reached the backend in that time.", "",
-        "| run | hot: POST to call, p50 / p95 / max | hot: POST to claim, p50 / p95 | bulk "
-        "calls first, p50 / p95 | of those after the claim, p50 / p95 | bulk: POST to call, "
-        "p50 / p95 | backend 429s / violations |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| run | max_in_flight | hot: POST to call, p50 / p95 / max | hot: POST to claim, "
+        "p50 / p95 | bulk calls first, p50 / p95 | of those after the claim, p50 / p95 | "
+        "bulk: POST to call, p50 / p95 | backend 429s / violations |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, r in enumerate(runs, 1):
         h, b = r["hot_behind_bulk"], r["backend"]
         lines.append(
-            f"| {n} | {h['hot_to_backend_p50_s']} / {h['hot_to_backend_p95_s']} / "
+            f"| {n} | {r.get('in_flight', 100)} | {h['hot_to_backend_p50_s']} / "
+            f"{h['hot_to_backend_p95_s']} / "
             f"{h['hot_to_backend_max_s']} s | {h['hot_to_claim_p50_s']} / "
             f"{h['hot_to_claim_p95_s']} s | {h['bulk_calls_ahead_p50']:g} / "
             f"{h['bulk_calls_ahead_p95']:g} | {h['bulk_calls_after_claim_p50']:g} / "
@@ -441,21 +461,23 @@ def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         "", "A hot task reaches the backend within about one call's latency of its POST, "
         "while the bulk backlog it jumped waits seconds. Most of that time is the drain "
         "claiming it: a drain claims again only once 10 of its slots are free "
-        "(`solver/drain.py`), so the bulk calls it already holds keep going first; once "
+        "(`solver/drain.py`), and the bulk tasks it already claimed keep going first; once "
         "claimed, the hot task takes one of the next freed slots (few bulk calls after the "
-        "claim). With every call the same length the slots free in waves, so the next "
-        "free slot can be most of a call away. Timings move with the machine's load (the "
-        "other runs on this machine share its 2 cores): compare the hot and bulk columns "
-        "within a run."]
+        "claim). A drain that holds few more claims than the models have slots "
+        "(`max_in_flight` near the sum of their concurrency) claims the hot task sooner. "
+        "With every call the same length the slots free in waves, so the next free slot "
+        "can be most of a call away. Timings move with the machine's load (other runs share "
+        "its 2 cores): compare the hot and bulk columns within a run."]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = _parser().parse_args(argv)
     runs = json.loads(opts.replay.read_text()) if opts.replay else []
-    for n in range(0 if opts.replay else opts.runs):
-        runs.append(run(opts))
-        print(f"run {n + 1}: " + json.dumps(runs[-1]))
+    for in_flight in [] if opts.replay else opts.in_flight:
+        for _ in range(opts.runs):
+            runs.append(run(opts, in_flight))
+            print(f"run {len(runs)}: " + json.dumps(runs[-1]))
     if opts.out:
         opts.out.write_text(json.dumps(runs, indent=2))
     publish(report(opts, runs), HEADING, OUT, opts.write)
