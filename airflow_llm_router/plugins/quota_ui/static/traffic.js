@@ -1,5 +1,5 @@
 // The Traffic chart of the LLM Quotas page: one model's last 15 or 60 minutes as the engine
-// recorded them (GET api/models/<model>/history), drawn with the vendored uPlot.
+// recorded them (GET api/history?model=<model>), drawn with the vendored uPlot.
 // Lines are each 10 s bucket's peak against the target, in % of it: the requests and tokens
 // the sliding window held (against rpm and tpm) and the calls in flight (against max
 // concurrency); the dashed line is the learned effective limit when it is below the target.
@@ -21,10 +21,6 @@
                                                    headers: { Accept: "application/json" } });
     const body = await response.json().catch(() => ({}));
     return { ok: response.ok, status: response.status, body };
-  }
-
-  function modelPath(model) {
-    return model.split("/").map(encodeURIComponent).join("/");
   }
 
   // The target in force at bucket i: the newest recorded at or before it, else the quota now.
@@ -169,14 +165,19 @@
   async function loadHistory() {
     if (!state.model) return;
     const model = state.model;
+    // the list route answers for a model deleted meanwhile too (no quota, maybe no traffic),
+    // where the model's own route would be a 404 in the console
     const { ok, status, body } = await getJson(
-      `models/${modelPath(model)}/history?minutes=${state.minutes}`);
+      `history?minutes=${state.minutes}&model=${encodeURIComponent(model)}`);
     if (model !== state.model) return; // the choice changed while it loaded
     if (!ok) {
       $("traffic-summary").textContent = `Could not load the traffic of ${model} (${status})`;
       return;
     }
-    draw(body);
+    const found = body.models[model];
+    if (!found.quota) state.ticks = -1; // deleted: read the model list again next tick
+    draw({ model, now_ms: body.now_ms, bucket_ms: body.bucket_ms, span_ms: body.span_ms,
+           ...found });
   }
 
   async function loadNames() {
