@@ -4,6 +4,7 @@ one triggerer and one worker killed mid-run. On demand, not in CI.
 
     python -m bench.celery_run                       # both runs, ~4-5 min
     python -m bench.celery_run --runs kill --tasks 1000
+    python -m bench.celery_run --runs kill --kill-at worker-busy --tasks 600 --router single
 
 Per run, all fresh: a 3-master Redis Cluster on loopback ports (``LocalCluster``) holding
 the router's namespace with the e2e quotas (``router_quotas``), reached by the
@@ -23,7 +24,11 @@ both triggerers (with the default capacity the first triggerer to poll takes the
   dies: no handler runs, no claim is handed back). A replacement triggerer
   (``triggerer-3``, as an orchestrator restarts a dead pod) starts at once; the survivor is
   full (capacity), so the dead one's drains move to the replacement once its heartbeat is
-  older than ``triggerer_health_check_threshold`` (10 s here).
+  older than ``triggerer_health_check_threshold`` (10 s here). With ``--kill-at
+  worker-busy`` the two are killed instead as soon as ``worker-1`` runs a task of the DAG
+  (a solver's start): that try is lost with its worker, Airflow fails it once its
+  heartbeat is 30 s old (``task_instance_heartbeat_timeout``), and its retry runs on
+  ``worker-2``.
 
 Checks (exit 1 if one fails), read from the simulator's own ``/stats``, the task store and
 an independent log of the store's writes (a PostgreSQL trigger records every update that
@@ -245,10 +250,17 @@ def _stack(opts: argparse.Namespace, cleanup: ExitStack, pg: PgServer, database:
 
 
 def _wait_for_kill_point(stack: AirflowStack, store: TaskStore, spread: TriggerSpread,
-                         meta: str, jobs: dict[str, int], tasks: int) -> None:
-    """A third of the backlog solved, and both triggerers holding drains now."""
-
+                         meta: str, jobs: dict[str, int], tasks: int, when: str) -> None:
+    """``third``: a third of the backlog solved, and both triggerers holding drains now;
+    ``worker-busy``: ``worker-1`` running a task of the DAG (a solver's start)."""
     last_say = time.monotonic()
+    worker = stack.component_pid("worker-1")
+
+    def worker_busy() -> bool:
+        tree = {worker, *descendants(worker)}
+        return any(pid in tree for (pid,) in meta_rows(
+            meta, "SELECT pid FROM task_instance WHERE dag_id = %s AND state = 'running'",
+            DAG_ID))
 
     def ready() -> bool:
         nonlocal last_say
@@ -260,9 +272,11 @@ def _wait_for_kill_point(stack: AirflowStack, store: TaskStore, spread: TriggerS
         if time.monotonic() - last_say > 5:
             last_say = time.monotonic()
             say(f"  solved {solved}; triggerer jobs holding drains {sorted(holding)}")
+        if when == "worker-busy":
+            return worker_busy()
         return {jobs["triggerer"], jobs["triggerer-2"]} <= holding and solved >= tasks // 3
 
-    wait_for("a third solved with drains on both triggerers", ready, 300.0, 0.1)
+    wait_for(f"the kill point ({when})", ready, 300.0, 0.05)
 
 
 def _kill_node(stack: AirflowStack, store: TaskStore, opts: argparse.Namespace, sim_url: str,
@@ -347,7 +361,8 @@ def run_once(kind: str, opts: argparse.Namespace) -> dict[str, Any]:
         triggered = time.time()
         kill: dict[str, Any] | None = None
         if kind == "kill":
-            _wait_for_kill_point(stack, store, spread, meta, jobs, len(tasks))
+            _wait_for_kill_point(stack, store, spread, meta, jobs, len(tasks),
+                                 opts.kill_at)
             kill = _kill_node(stack, store, opts, sim.url, meta, jobs, schema)
             say(f"  killed triggerer (drains {kill['drains_on_killed_triggerer']}) and "
                 f"worker-1 (running {kill['tasks_running_on_killed_worker']}) at "
@@ -376,7 +391,8 @@ def run_once(kind: str, opts: argparse.Namespace) -> dict[str, Any]:
     first_epoch = reset_epoch + first if first is not None else None
     last = rows["last_solved"]
     result: dict[str, Any] = {
-        "run": kind, "router": opts.router, "outcome": outcome, "tasks": len(tasks),
+        "run": kind if kind == "steady" else f"kill at {opts.kill_at}",
+        "router": opts.router, "outcome": outcome, "tasks": len(tasks),
         "fan_out": opts.fan_out, "max_in_flight": opts.max_in_flight, "time_scale": opts.time_scale,
         "window_s": profile.scaled_window_s, "solved": rows["solved"], "counts": counts,
         "makespan_s": (last - first_epoch) if last and first_epoch else None,
@@ -427,7 +443,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     head = ("| run | router Redis | solved | makespan s | trigger to last answer s | backend calls "
             "(completed) | 429s | window violations | repeated calls | bound: claims of "
             "killed drains / in flight at kill | triggers per triggerer | Celery tasks per "
-            "worker | max task attempts | checks |")
+            "worker | max task attempts | max Airflow try | checks |")
     lines = [head, "|" + "---|" * head.count(" |")]
     for r in rows:
         b, k = r["backend"], r["kill"]
@@ -442,6 +458,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f"{_fmt(r['trigger_to_last_answer_s'])} | {b['requests']} ({b['completed']}) | "
             f"{b['rejected_429']} | {b['violations']} | {b['completed'] - r['tasks']} | "
             f"{bound} | {trig} | {workers} | {r['max_attempts']} | "
+            f"{max(int(t[1]) for t in r['airflow_tries'])} | "
             f"{'pass' if ok else 'FAIL'} |")
     return "\n".join(lines)
 
@@ -450,6 +467,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.celery_run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS)
+    p.add_argument("--kill-at", choices=("third", "worker-busy"), default="third",
+                   help="when the kill run kills: a third solved with drains on both "
+                        "triggerers, or as soon as worker-1 runs a solver's start")
     p.add_argument("--tasks", type=int, default=2000, help="the first N of W1's 2,000")
     p.add_argument("--fan-out", type=int, default=4, help="mapped solvers (>= 2)")
     p.add_argument("--max-in-flight", type=int, default=50, help="calls per solver")
