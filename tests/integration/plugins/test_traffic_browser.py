@@ -173,6 +173,20 @@ def test_the_chart_shows_the_traffic_the_engine_recorded(
         if "/" in e.text])
     assert any(f"{series['requests'][hovered]} / " in v for v in legend), legend
 
+    # a click on a model's name in the quota table shows that model's traffic
+    browser.find_element(By.CSS_SELECTOR, "tr[data-model='gpt-large'] td.model").click()
+    wait(browser, "the chart of gpt-large", lambda d: (s := chart_state(d))
+         and s["model"] == "gpt-large")
+    assert browser.find_element(By.ID, "traffic-model").get_attribute("value") == "gpt-large"
+    Select(browser.find_element(By.ID, "traffic-model")).select_by_value(MODEL)
+    wait(browser, "the chart of gpt-small again", lambda d: (s := chart_state(d))
+         and s["model"] == MODEL and s["blue"] > 0)
+    browser.execute_script("""
+        const u = window.llmTraffic.chart, i = arguments[0];
+        u.setCursor({left: u.valToPos(u.data[0][i], "x"), top: u.valToPos(50, "y")});
+        document.getElementById("traffic").scrollIntoView({block: "start"});
+    """, hovered)
+
     errors = [e["message"] for e in browser.get_log("browser")
               if e["level"] == "SEVERE" and "/llm-router/" in e["message"]]
     assert errors == [], errors

@@ -226,6 +226,16 @@
     state.minutes = Number(e.target.value);
     refreshNow();
   });
+  // a click on a model's name in the quota table shows its traffic
+  document.querySelector("#quotas tbody").addEventListener("click", (e) => {
+    const cell = e.target.closest("td.model");
+    const model = cell && cell.parentElement.dataset.model;
+    if (!model || e.target.closest("button, input")) return;
+    choose(model);
+    $("traffic-model").value = model;
+    $("traffic").scrollIntoView({ behavior: "smooth", block: "start" });
+    refreshNow();
+  });
   window.addEventListener("resize", () => {
     if (state.chart) state.chart.setSize({ width: Math.max(320, $("traffic-chart").clientWidth), height: HEIGHT });
   });
