@@ -28,10 +28,14 @@ Minutes = Annotated[int, Query(ge=1, le=MAX_HISTORY_MINUTES, description=(
     f"the span to read, 1-{MAX_HISTORY_MINUTES} minutes (the engine keeps one hour)"))]
 
 
-def _read(svc: QuotaService, models: list[str] | None,
-          minutes: int) -> tuple[RouterHistory, dict[str, ModelQuota]]:
+def _read(svc: QuotaService, models: list[str] | None, minutes: int, offset: int = 0,
+          limit: int = MAX_MODELS_PER_REQUEST) -> tuple[RouterHistory, dict[str, ModelQuota]]:
+    """The history of ``models``, or of the page ``offset``/``limit`` of every model with a
+    quota (by name), and every quota."""
     try:
-        return svc.router.history(models, minutes), svc.router.get_quotas()
+        quotas = svc.router.get_quotas()
+        names = models if models is not None else sorted(quotas)[offset : offset + limit]
+        return svc.router.history(names, minutes), quotas
     except Exception as err:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             f"cannot read the router's traffic history from Redis: {err}") from err
@@ -51,13 +55,18 @@ def _document(history: RouterHistory, quotas: dict[str, ModelQuota]) -> dict[str
     return doc
 
 
-@router.get("/history", summary="Traffic over time of every model (or of those named): "
-            "per bucket, admissions, the window's peak requests and tokens, peak in flight, "
-            "429s, errors, breaker openings, targets and effective limits")
+@router.get("/history", summary="Traffic over time of the models named, or of a page of "
+            "every model: per bucket, admissions, the window's peak requests and tokens, peak "
+            "in flight, 429s, errors, breaker openings, targets and effective limits")
 def all_history(_: Reader, svc: Service, minutes: Minutes = 60,
                 model: Annotated[list[str] | None, Query(
                     max_length=MAX_MODELS_PER_REQUEST,
-                    description="models to read (repeat the parameter); all if absent")] = None,
+                    description="models to read (repeat the parameter); if absent, a page "
+                                "of every model with a quota, by name")] = None,
+                offset: Annotated[int, Query(ge=0, description="without model: the first "
+                                             "model of the page (by name)")] = 0,
+                limit: Annotated[int, Query(ge=1, le=MAX_MODELS_PER_REQUEST, description=(
+                    "without model: models per page"))] = 50,
                 ) -> dict[str, Any]:
     for name in model or []:
         if not MODEL_NAME_RE.match(name):
@@ -65,8 +74,11 @@ def all_history(_: Reader, svc: Service, minutes: Minutes = 60,
                 "loc": ["query", "model"], "field": "model", "type": "string_pattern_mismatch",
                 "msg": f"{name!r} is not a model name (1-128 letters, digits or "
                        "'. _ : / @ + -', starting with a letter or digit)"}])
-    history, quotas = _read(svc, model, minutes)
-    return _document(history, quotas)
+    history, quotas = _read(svc, model, minutes, offset, limit)
+    doc = _document(history, quotas)
+    if model is None:  # a page of every model: say where it is
+        doc.update(total=len(quotas), offset=offset, limit=limit)
+    return doc
 
 
 @router.get("/models/{model:path}/history", summary="One model's traffic over time",

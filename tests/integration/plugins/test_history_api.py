@@ -64,6 +64,12 @@ def test_every_model_or_those_named(ui: QuotaUiStack, tokens: dict[str, str]) ->
     named = api(ui, admin, "GET", "/api/history", params=[("model", "b"), ("model", "c"),
                                                           ("minutes", "1")]).json()
     assert sorted(named["models"]) == ["b", "c"] and named["span_ms"] == 60_000
+    # every model comes in pages (a thousand models' hour would be tens of MB)
+    assert (every["total"], every["offset"], every["limit"]) == (3, 0, 50)
+    first = api(ui, admin, "GET", "/api/history", params={"limit": 2}).json()
+    rest = api(ui, admin, "GET", "/api/history", params={"limit": 2, "offset": 2}).json()
+    assert list(first["models"]) == ["a", "b"] and list(rest["models"]) == ["c"]
+    assert first["total"] == rest["total"] == 3
 
 
 def test_bad_input_is_422_naming_the_field(ui: QuotaUiStack, tokens: dict[str, str]) -> None:
@@ -73,6 +79,10 @@ def test_bad_input_is_422_naming_the_field(ui: QuotaUiStack, tokens: dict[str, s
             response = api(ui, viewer, "GET", path, params={"minutes": minutes})
             assert response.status_code == 422, (path, minutes, response.text)
             assert [d["field"] for d in response.json()["detail"]] == ["minutes"]
+    for name, value in (("limit", "0"), ("limit", "101"), ("offset", "-1")):
+        response = api(ui, viewer, "GET", "/api/history", params={name: value})
+        assert response.status_code == 422, (name, value)
+        assert [d["field"] for d in response.json()["detail"]] == [name]
     response = api(ui, viewer, "GET", "/api/history", params={"model": "no spaces"})
     assert response.status_code == 422
     assert response.json()["detail"][0]["field"] == "model"
