@@ -184,6 +184,10 @@ def router_conn(opts: argparse.Namespace, cluster: LocalCluster | None,
     return opts.router_redis_url, router_connection(opts.router_redis_url, namespace)
 
 
+class ReleaseChannelHang(RuntimeError):
+    """A fresh async router client could not subscribe to the release channel."""
+
+
 def check_release_channel(url: str, namespace: str) -> None:
     """Fail fast if a fresh async client cannot subscribe to the release channel: what a
     drain does first in the triggerer, before any other command. On a Redis Cluster,
@@ -200,7 +204,7 @@ def check_release_channel(url: str, namespace: str) -> None:
     try:
         asyncio.run(subscribe())
     except TimeoutError as err:
-        raise RuntimeError(
+        raise ReleaseChannelHang(
             f"a fresh async router client on {url} did not subscribe to the release "
             "channel within 10 s: the drains would hang at start (on a Redis Cluster, "
             "ReleaseListener.start must initialize the cluster client before its first "
@@ -522,6 +526,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted; every stack was stopped", file=sys.stderr)
         return 130
+    except ReleaseChannelHang as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     (out / "celery.json").write_text(json.dumps({"rows": rows, "started": started},
                                                 indent=2))
     text = [f"`{command}` (run {started}, {os.cpu_count()} CPUs)", "", table(rows)]
