@@ -8,6 +8,7 @@ import logging
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 __all__ = ["RELEASE_HELPS", "ReleaseListener"]
 
@@ -49,6 +50,11 @@ class ReleaseListener:
     async def start(self) -> None:
         if self._task is not None:
             return
+        if isinstance(self._client, AsyncRedisCluster):
+            # Its pub/sub picks a node from the nodes it knows: none until it has been
+            # initialized (by a first command), so a drain's first act, this subscription,
+            # would wait forever on a fresh cluster client.
+            await self._client.initialize()
         self._ready = asyncio.Event()
         self._changed = asyncio.Condition()
         self._task = asyncio.create_task(self._listen(), name="llm-router-releases")

@@ -6,9 +6,8 @@ Found by the Celery run (``bench/celery_run.py``): every ``DrainTrigger`` on a c
 hung at start, claiming nothing. redis-py's async ``ClusterPubSub`` of a ``RedisCluster``
 that has not run a command yet waits forever for a node (the cluster's nodes are not
 discovered until ``initialize()``). The engine's own cluster tests missed it because each
-sets a quota before it waits. Marked ``xfail(strict=True)`` until ``ReleaseListener.start``
-initializes a cluster client first: the fix turns this test into an unexpected pass,
-and the mark must then go.
+sets a quota before it waits. ``ReleaseListener.start`` now initializes a cluster client
+first; without that, the first test times out.
 """
 
 from __future__ import annotations
@@ -31,9 +30,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield c
 
 
-@pytest.mark.xfail(strict=True, raises=TimeoutError,
-                   reason="ReleaseListener.start subscribes before the async cluster client "
-                          "is initialized: the subscription never completes")
 async def test_a_fresh_cluster_client_subscribes_first(cluster: LocalCluster) -> None:
     router = AsyncRouterClient.from_url(
         cluster.url, RouterSettings(namespace=f"rel-{uuid.uuid4().hex[:8]}"))
