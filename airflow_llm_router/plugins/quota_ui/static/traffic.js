@@ -1,4 +1,4 @@
-// The Traffic chart of the LLM Quotas page: one model's last 15 or 60 minutes as the engine
+// The Traffic chart of the LLM Quotas page: one model's last 5, 15 or 60 minutes as the engine
 // recorded them (GET api/history?model=<model>), drawn with the vendored uPlot.
 // Lines are each 10 s bucket's peak against the target, in % of it: the requests and tokens
 // the sliding window held (against rpm and tpm) and the calls in flight (against max
