@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -111,12 +112,14 @@ def test_history_is_bounded_and_expires(router: RouterClient, redis_url: str) ->
         router.set_quota("a", {**QUOTA, "rpm": 1000, "max_concurrency": 1000})  # makes room
         assert r.hlen(key) <= KEEP
         assert 0 < r.pttl(key) <= (KEEP + 1) * BUCKET_MS  # and it goes away when idle
-        for _ in range(300):  # many calls in one bucket (or two): no more fields
+        started = time.monotonic()
+        for _ in range(300):  # many calls in a bucket add no field
             admit(router, 1)
+        spanned = int((time.monotonic() - started) * 1000 // BUCKET_MS) + 2
         assert r.hlen(key) <= KEEP
         h = model(router.history())
         assert h.totals()["admitted"] == 300  # only the last hour is read
-        assert len(h.buckets) <= 2
+        assert len(h.buckets) <= spanned
     finally:
         r.close()
 
