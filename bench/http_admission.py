@@ -75,8 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=float, default=30.0,
                         help="simulator speed-up (the 60 s window lasts 60/scale s)")
     parser.add_argument("--seed", type=int, default=1, help="the simulator's seed")
-    parser.add_argument("--guards", default="50,250",
-                        help="router guard_ms values to run with, one run each")
+    parser.add_argument("--runs", default="50,50+hop,250",
+                        help="one run each: the router's guard_ms, '+hop' when the callers "
+                        "report their HTTP hop to /complete (arrival_delay_s)")
     parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
                         help="a PostgreSQL the benchmark may create and drop a schema in")
     parser.add_argument("--write", action="store_true",
@@ -121,12 +122,15 @@ async def _post(api: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Any:
 
 
 async def _call(api: httpx.AsyncClient, sim: httpx.AsyncClient, prompt: str,
-                tally: Tally, backend: bool) -> None:
-    """One call the way an outside caller makes it: schedule (waiting as told), call, settle."""
+                tally: Tally, backend: bool, hop: bool) -> None:
+    """One call the way an outside caller makes it: schedule (waiting as told), call, settle;
+    with ``hop``, tell ``/complete`` how long after the admitting ``/schedule`` was sent the
+    backend received the call (its ``x-received-ms``)."""
     request_id = uuid.uuid4().hex
     body = {"estimated_tokens": max(1, len(prompt) // 4) + MAX_OUTPUT,
             "request_id": request_id}
     while True:
+        asked_at = time.time()
         started = time.perf_counter()
         answer = await _post(api, "/schedule", body)
         tally.schedule_ms.append((time.perf_counter() - started) * 1000)
@@ -153,12 +157,15 @@ async def _call(api: httpx.AsyncClient, sim: httpx.AsyncClient, prompt: str,
         else:
             tally.backend_errors += 1
             done["outcome"] = "error"
+        received = reply.headers.get("x-received-ms")
+        if hop and received:
+            done["arrival_delay_s"] = max(0.0, float(received) / 1000 - asked_at)
     await _post(api, "/complete", done)
     tally.last_complete = time.monotonic()
 
 
 async def _callers(api_url: str, token: str, sim_url: str, clients: int, calls: int,
-                   until: float | None = None) -> Tally:
+                   until: float | None = None, hop: bool = True) -> Tally:
     """``clients`` callers making ``calls`` calls (backend calls), or admissions only until
     ``until`` (monotonic) when given."""
     tally = Tally()
@@ -174,7 +181,7 @@ async def _callers(api_url: str, token: str, sim_url: str, clients: int, calls: 
                 if until is not None and time.monotonic() > until:
                     return
                 await _call(api, sim, f"outside caller {n} question {i}", tally,
-                            backend=until is None)
+                            backend=until is None, hop=hop)
 
         await asyncio.gather(*(caller(n) for n in range(clients)))
     return tally
@@ -196,7 +203,8 @@ def _percentile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else 0.0
 
 
-def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float) -> dict[str, Any]:
+def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float,
+        hop: bool = True) -> dict[str, Any]:
     """One run with this guard: the shared phase, then (``raw_seconds`` > 0) the API-only
     phase."""
     run_id = uuid.uuid4().hex[:8]
@@ -230,7 +238,9 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float) -> dict[str
         saved = {k: os.environ.get(k) for k in conns}
         stack.callback(_restore_env, saved)
         os.environ.update(conns)  # the drain in this process reads the same connections
-        router = RouterClient.from_url(redis_server.url, RouterSettings(namespace=namespace))
+        # the settings the API and the drain use (the stats' guard is computed with them)
+        router = RouterClient.from_url(redis_server.url, RouterSettings(
+            namespace=namespace, lease_ttl_s=60, guard_ms=guard_ms))
         stack.callback(router.close)
         for name, (rpm, tpm, conc, _) in MODELS.items():
             router.set_quota(name, {"rpm": rpm, "tpm": tpm, "max_concurrency": conc,
@@ -246,7 +256,8 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float) -> dict[str
                 return event, time.monotonic() - started
 
             draining = asyncio.create_task(drain())
-            tally = await _callers(api_url, token, sim.url, opts.clients, opts.calls)
+            tally = await _callers(api_url, token, sim.url, opts.clients, opts.calls,
+                                   hop=hop)
             http_done = time.monotonic() - started
             event, drain_s = await draining
             return tally, event, http_done, drain_s
@@ -264,7 +275,7 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float) -> dict[str
         raw_s = max(time.monotonic() - raw_started, 1e-9)
     result = _result(opts, prof, tally, event, served, engine.models, solved, http_s, drain_s,
                      raw, raw_s)
-    return {"guard_ms": guard_ms, **result}
+    return {"guard_ms": guard_ms, "hop_reported": hop, **result}
 
 
 def _result(opts: argparse.Namespace, prof: SimulatorProfile, tally: Tally,
@@ -284,6 +295,7 @@ def _result(opts: argparse.Namespace, prof: SimulatorProfile, tally: Tally,
                             or m["peak_offered_tokens_in_window"] > tpm
                             or m["peak_concurrency"] > conc),
             "engine_counters": engine[name].counters,
+            "guard_ms_at_end": engine[name].guard_ms,
         }
     capacity = sum(rpm for rpm, *_ in MODELS.values()) / prof.scaled_window_s
     return {
@@ -321,37 +333,42 @@ def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
     lines = [
         HEADING, "",
         f"`python -m bench.http_admission --clients {opts.clients} --calls {opts.calls} "
-        f"--backlog {opts.backlog} --guards {opts.guards}` "
+        f"--backlog {opts.backlog} --runs {opts.runs}` "
         f"(run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; seed {opts.seed}, a "
         f"{first['window_s']:g} s window, 2 cores shared with other work): {opts.clients} "
         f"plain `httpx` callers outside Airflow make {opts.calls} calls through the "
         "standalone API (`/schedule` -> the simulator -> `/complete`) while a drain solves "
         f"{opts.backlog} tasks on the same two models; the backend refuses (429) whatever "
-        "would go over a limit and counts what it was offered. One run per router guard.",
+        "would go over a limit and counts what it was offered. One run per router guard; "
+        "'+ hop': the callers tell `/complete` how long after their `/schedule` the backend "
+        "received the call (`arrival_delay_s`), and the engine widens the guard to cover it.",
         "",
         "| guard (ms) | model | target rpm / tpm / concurrency | backend's peak offered "
-        "requests / tokens / concurrency | window over target | 429s | admissions/s: HTTP + "
-        "drain = all (capacity) | `/schedule` ms p50 / p95 |",
-        "|---|---|---|---|---|---|---|---|",
+        "requests / tokens / concurrency | window over target | 429s | guard at the end "
+        "(ms) | admissions/s: HTTP + drain = all (capacity) | `/schedule` ms p50 / p95 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
+        label = f"{r['guard_ms']}{' + hop' if r.get('hop_reported') else ''}"
         for name, m in r["models"].items():
             t = m["targets"]
             lines.append(
-                f"| {r['guard_ms']} | {name} | {t['rpm']} / {t['tpm']} / "
+                f"| {label} | {name} | {t['rpm']} / {t['tpm']} / "
                 f"{t['max_concurrency']} | {m['peak_requests_in_window']} / "
                 f"{m['peak_tokens_in_window']} / {m['peak_concurrency']} | "
                 f"{'yes' if m['over_target'] else 'no'} | {m['rejected_429']} | "
+                f"{m.get('guard_ms_at_end')} | "
                 f"{r['http_admissions_per_s']} + {r['drain_admissions_per_s']} = "
                 f"{r['all_admissions_per_s']} ({r['rpm_capacity_per_s']}) | "
                 f"{r['schedule_ms_p50']} / {r['schedule_ms_p95']} |")
     lines += [
         "",
         "A call admitted over HTTP reaches the backend later than a drain's (the answer "
-        "travels back, the caller then calls): the router's guard must cover that delay's "
-        "spread, or a window can end at the backend later than in the engine "
-        "(docs/engine.md, \"Guard\"; the engine widens it after a 429). With real 60 s "
-        "windows a guard of a few hundred ms costs under 1 % of the quota. "
+        "travels back, the caller then calls): the router's guard must cover that delay, "
+        "or a window can end at the backend later than in the engine (docs/engine.md, "
+        "\"Guard\"). Reported with `arrival_delay_s`, the engine learns it per model; "
+        "otherwise set `guard_ms` to cover it (with real 60 s windows a few hundred ms cost "
+        "under 1 % of the quota). "
         f"With roomy quotas and no backend call, {opts.clients} callers got "
         f"{first['raw_admissions_per_s']} admissions/s (`/schedule` + `/complete`; "
         f"`/schedule` median {first['raw_schedule_ms_p50']} ms, p95 "
@@ -372,17 +389,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        guards = [int(g) for g in opts.guards.split(",")]
+        plan = [(int(r.removesuffix("+hop")), r.endswith("+hop")) for r in opts.runs.split(",")]
     except ValueError:
-        print(f"error: --guards: {opts.guards!r} is not a comma-separated list of whole "
-              "milliseconds", file=sys.stderr)
+        print(f"error: --runs: {opts.runs!r} is not a comma-separated list of guards in "
+              "whole milliseconds, each with an optional '+hop'", file=sys.stderr)
         return 2
     runs: list[dict[str, Any]] = []
 
     def run_all() -> int:
-        for n, guard in enumerate(guards):
-            print(f"guard {guard} ms: running...", flush=True)
-            runs.append(run(opts, guard, opts.raw_seconds if n == 0 else 0))
+        for n, (guard, hop) in enumerate(plan):
+            print(f"guard {guard} ms{', hop reported' if hop else ''}: running...", flush=True)
+            runs.append(run(opts, guard, opts.raw_seconds if n == 0 else 0, hop))
             print(json.dumps(runs[-1]), flush=True)
         return 0
 
