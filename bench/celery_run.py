@@ -56,7 +56,6 @@ import argparse
 import asyncio
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -73,6 +72,7 @@ from psycopg import sql
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
+from bench.common import results_dir
 from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
 from bench.triggerers import TriggerSpread, _store_times, _watch, cpu_snapshot, triggerer_jobs
@@ -510,11 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.worker_concurrency < 1:
         print("error: --worker-concurrency must be at least 1", file=sys.stderr)
         return 2
-    out = opts.out / (time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-celery")
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python -m bench.celery_run " + shlex.join(sys.argv[1:] if argv is None else argv)
-    (out / "command.txt").write_text(command + "\n")
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out, command, started = results_dir(opts.out, "celery", "bench.celery_run", argv)
     rows: list[dict[str, Any]] = []
     try:
         with sigterm_as_interrupt():

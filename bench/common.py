@@ -1,15 +1,63 @@
-"""What the benchmarks share: their sections of ``docs/benchmarks.md`` and clean-up."""
+"""What the benchmarks share: their options, results folders, sections of
+``docs/benchmarks.md`` and clean-up."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
+import shlex
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from llm_router_devkit import redis_tools
 
-__all__ = ["drop_namespace", "drop_schema", "guarded", "publish", "write_section"]
+__all__ = [
+    "BENCHMARKS_MD",
+    "DEFAULT_DSN",
+    "add_run_options",
+    "drop_namespace",
+    "drop_schema",
+    "guarded",
+    "publish",
+    "results_dir",
+    "write_section",
+]
+
+#: The document each benchmark rewrites its own section of (``--write``).
+BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+#: A PostgreSQL a benchmark may create and drop its own schema in.
+DEFAULT_DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, heading: str,
+                    time_scale: float | None = None) -> None:
+    """The options every simulator benchmark takes: ``--time-scale`` (when given a
+    default), ``--seed``, ``--postgres-dsn``, ``--write`` (its ``heading`` section of
+    docs/benchmarks.md) and ``--out`` (the JSON results)."""
+    if time_scale is not None:
+        parser.add_argument("--time-scale", type=float, default=time_scale,
+                            help="simulator speed-up (the 60 s window lasts 60/scale s)")
+    parser.add_argument("--seed", type=int, default=1, help="the simulator's seed")
+    parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
+                        help="a PostgreSQL the benchmark may create and drop a schema in")
+    parser.add_argument("--write", action="store_true",
+                        help=f"rewrite the section '{heading[3:]}' of {BENCHMARKS_MD.name}")
+    parser.add_argument("--out", type=Path, help="also write the JSON results here")
+
+
+def results_dir(root: Path, suffix: str, module: str,
+                argv: Sequence[str] | None) -> tuple[Path, str, str]:
+    """A new results folder ``<root>/<UTC time>-<suffix>`` holding ``command.txt`` (how to
+    run it again); returns it, that command and the start time, as the reports print them."""
+    out = root / (time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{suffix}")
+    out.mkdir(parents=True, exist_ok=True)
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = f"python -m {module} {shlex.join(args)}"
+    (out / "command.txt").write_text(command + "\n")
+    return out, command, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
 def write_section(path: Path, heading: str, text: str) -> None:

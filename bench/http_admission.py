@@ -46,17 +46,15 @@ from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
-from bench.common import drop_schema, guarded, publish
+from bench.common import BENCHMARKS_MD, add_run_options, drop_schema, guarded, publish
 from llm_router_devkit.api_server import api_env, standalone_api
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
 
-DEFAULT_DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN",
-                             "postgresql://postgres@127.0.0.1:5432/test")
 HEADING = "## Admission over HTTP beside a drain"
-OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+OUT = BENCHMARKS_MD
 TOKEN_CONN = "bench_http_api"
 MAX_OUTPUT = 600
 #: name -> (rpm, tpm, max_concurrency, median latency s) per provider minute
@@ -72,17 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backlog", type=int, default=1200, help="tasks the drain solves")
     parser.add_argument("--raw-seconds", type=float, default=10.0,
                         help="length of the API-only phase")
-    parser.add_argument("--time-scale", type=float, default=30.0,
-                        help="simulator speed-up (the 60 s window lasts 60/scale s)")
-    parser.add_argument("--seed", type=int, default=1, help="the simulator's seed")
     parser.add_argument("--runs", default="50,50+hop,250",
                         help="one run each: the router's guard_ms, '+hop' when the callers "
                         "report their HTTP hop to /complete (arrival_delay_s)")
-    parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
-                        help="a PostgreSQL the benchmark may create and drop a schema in")
-    parser.add_argument("--write", action="store_true",
-                        help=f"rewrite the section '{HEADING[3:]}' of {OUT.name}")
-    parser.add_argument("--out", type=Path, help="also write the JSON results here")
+    add_run_options(parser, heading=HEADING, time_scale=30.0)
     return parser
 
 

@@ -62,17 +62,15 @@ from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
-from bench.common import publish
+from bench.common import BENCHMARKS_MD, add_run_options, publish
 from llm_router_devkit.api_server import api_env, standalone_api
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
 
-DEFAULT_DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN",
-                             "postgresql://postgres@127.0.0.1:5432/test")
 HEADING = "## Ingestion over HTTP"
-OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+OUT = BENCHMARKS_MD
 TOKEN_CONN = "bench_ingest_api"
 FLUSH_S = 0.05
 POLL_S = 0.05
@@ -104,14 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--in-flight", type=_ints, default=[100, 40],
                         help="the drain's max_in_flight (claimed tasks it holds): each value "
                         "is run --runs times")
-    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=2,
                         help="runs per --in-flight value, each from scratch")
-    parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
-                        help="a PostgreSQL the benchmark may create and drop a schema in")
-    parser.add_argument("--write", action="store_true",
-                        help=f"rewrite the section '{HEADING[3:]}' of {OUT.name}")
-    parser.add_argument("--out", type=Path, help="also write the JSON results here")
+    add_run_options(parser, heading=HEADING)
     parser.add_argument("--replay", type=Path, help="run nothing: report the runs of an "
                         "earlier --out file (with the options they were run with)")
     return parser

@@ -35,7 +35,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack, suppress
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,17 +46,15 @@ from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
-from bench.common import publish
+from bench.common import BENCHMARKS_MD, add_run_options, publish
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
 
-DEFAULT_DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN",
-                             "postgresql://postgres@127.0.0.1:5432/test")
 MODES = ("worst_case", "per_model", "per_kind")
 HEADING = "## Estimates per task kind"
-OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+OUT = BENCHMARKS_MD
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,14 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tpm", type=int, default=12_000, help="the model's tokens per window")
     parser.add_argument("--cap", type=int, default=2000,
                         help="the longest answer (the worst case reserved per call)")
-    parser.add_argument("--time-scale", type=float, default=60.0,
-                        help="simulator speed-up (the 60 s window lasts 60/scale s)")
-    parser.add_argument("--seed", type=int, default=1, help="the simulator's seed")
-    parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
-                        help="a PostgreSQL the benchmark may create and drop a schema in")
-    parser.add_argument("--write", action="store_true",
-                        help=f"rewrite the section '{HEADING[3:]}' of {OUT.name}")
-    parser.add_argument("--out", type=Path, help="also write the JSON results here")
+    add_run_options(parser, heading=HEADING, time_scale=60.0)
     return parser
 
 

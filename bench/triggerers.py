@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -52,6 +51,7 @@ import psycopg
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
+from bench.common import results_dir
 from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
@@ -389,11 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 1 <= opts.tasks <= 2000 or opts.fan_out < 1:
         print("error: --tasks must be 1..2000 and --fan-out >= 1", file=sys.stderr)
         return 2
-    out = opts.out / (time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-triggerers")
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python -m bench.triggerers " + shlex.join(sys.argv[1:] if argv is None else argv)
-    (out / "command.txt").write_text(command + "\n")
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out, command, started = results_dir(opts.out, "triggerers", "bench.triggerers", argv)
     rows: list[dict[str, Any]] = []
     try:
         with sigterm_as_interrupt():
