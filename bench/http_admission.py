@@ -19,6 +19,11 @@ longest answer and send that as ``max_output_tokens``, so the reservation is exa
    peak requests and tokens offered in any window and its peak concurrency against each
    target (over target = a window the router let go over), its 429s; the admissions per
    second over HTTP and the drain's; ``/schedule`` latency.
+   **Spend within budget**: ``fast`` is priced (``PRICES``) with a spend budget of
+   ``--budget`` micro-dollars for the day, less than the run would cost on it: admission
+   reserves each call's cost and settles the actual, and once the budget is spent both kinds
+   of caller go on to ``slow``. Reported: the engine's settled spend, the cost of what the
+   backend itself accepted on ``fast`` at those prices (an independent sum), the budget.
 2. **The API's own rate**: the same clients ``/schedule`` -> ``/complete`` with no backend
    call on roomy quotas, for ``--raw-seconds``: admissions per second the API sustains.
 """
@@ -57,6 +62,8 @@ HEADING = "## Admission over HTTP beside a drain"
 OUT = BENCHMARKS_MD
 TOKEN_CONN = "bench_http_api"
 MAX_OUTPUT = 600
+#: ``fast``'s prices, micro-dollars per million input / output tokens ($1 / $4)
+PRICES = (1_000_000, 4_000_000)
 #: name -> (rpm, tpm, max_concurrency, median latency s) per provider minute
 MODELS = {"fast": (240, 120_000, 24, 3.0), "slow": (120, 60_000, 12, 6.0)}
 
@@ -73,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", default="50,50+hop,250",
                         help="one run each: the router's guard_ms, '+hop' when the callers "
                         "report their HTTP hop to /complete (arrival_delay_s)")
+    parser.add_argument("--budget", type=int, default=400_000,
+                        help="fast's spend budget for the day, micro-dollars (0: no price)")
     add_run_options(parser, heading=HEADING, time_scale=30.0)
     return parser
 
@@ -234,8 +243,12 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float,
             namespace=namespace, lease_ttl_s=60, guard_ms=guard_ms))
         stack.callback(router.close)
         for name, (rpm, tpm, conc, _) in MODELS.items():
+            priced = ({"input_micro_usd_per_mtok": PRICES[0],
+                       "output_micro_usd_per_mtok": PRICES[1],
+                       "budget_micro_usd": opts.budget, "budget_period_s": 86_400}
+                      if name == "fast" and opts.budget else {})
             router.set_quota(name, {"rpm": rpm, "tpm": tpm, "max_concurrency": conc,
-                                    "window_s": prof.scaled_window_s})
+                                    "window_s": prof.scaled_window_s, **priced})
         api_url = stack.enter_context(standalone_api(
             env, ["--token-conn-id", TOKEN_CONN], home / "api.log"))
 
@@ -257,7 +270,7 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float,
         served = httpx.get(f"{sim.url}/stats", timeout=10).json()
         engine = router.stats()
         solved = store.counts().get("solved", 0)
-        for name in MODELS:  # roomy quotas for the API-only phase
+        for name in MODELS:  # roomy quotas (and no budget) for the API-only phase
             router.set_quota(name, {"rpm": 10**7, "tpm": 10**9, "max_concurrency": 10**6,
                                     "window_s": prof.scaled_window_s})
         raw_started = time.monotonic()
@@ -288,6 +301,18 @@ def _result(opts: argparse.Namespace, prof: SimulatorProfile, tally: Tally,
             "engine_counters": engine[name].counters,
             "guard_ms_at_end": engine[name].guard_ms,
         }
+        spend = engine[name].spend
+        if spend is not None:
+            backend_cost = (m["input_tokens_accepted"] * PRICES[0]
+                            + m["output_tokens_accepted"] * PRICES[1]) / 1e6
+            models[name]["spend"] = {
+                "budget_micro_usd": spend.budget_micro_usd,
+                "settled_micro_usd": spend.settled_micro_usd,
+                "reserved_micro_usd": spend.reserved_micro_usd,
+                "backend_cost_micro_usd": round(backend_cost),
+                "within_budget": (spend.budget_micro_usd is None
+                                  or max(spend.settled_micro_usd, backend_cost)
+                                  <= spend.budget_micro_usd)}
     capacity = sum(rpm for rpm, *_ in MODELS.values()) / prof.scaled_window_s
     return {
         "time_scale": opts.time_scale, "window_s": prof.scaled_window_s,
@@ -352,6 +377,18 @@ def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
                 f"{r['http_admissions_per_s']} + {r['drain_admissions_per_s']} = "
                 f"{r['all_admissions_per_s']} ({r['rpm_capacity_per_s']}) | "
                 f"{r['schedule_ms_p50']} / {r['schedule_ms_p95']} |")
+    spends = [(r, m["spend"]) for r in runs for m in r["models"].values() if m.get("spend")]
+    if spends:
+        lines += ["", "Spend on `fast` (priced $1 / $4 per million input / output tokens, "
+                  "budget for the day in micro-dollars; once it is spent, both kinds of "
+                  "caller go on to `slow`):", "",
+                  "| run | budget | engine: settled (+ reserved) | the backend's accepted "
+                  "tokens at those prices | within budget |", "|---|---|---|---|---|"]
+        for r, s in spends:
+            label = f"{r['guard_ms']}{' + hop' if r.get('hop_reported') else ''}"
+            lines.append(f"| {label} | {s['budget_micro_usd']} | {s['settled_micro_usd']} "
+                         f"(+ {s['reserved_micro_usd']}) | {s['backend_cost_micro_usd']} | "
+                         f"{'yes' if s['within_budget'] else 'NO'} |")
     lines += [
         "",
         "A call admitted over HTTP reaches the backend later than a drain's (the answer "
