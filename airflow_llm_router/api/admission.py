@@ -63,6 +63,9 @@ class ScheduleBody(BaseModel):
     ordered: bool = Field(True, description="with models: try them in order (overflow); "
                           "false: share them by weight")
     priority: Literal["bulk", "hot"] = "bulk"
+    on_budget: Literal["overflow", "wait"] = Field("overflow", description=(
+        "when a model is over its spend budget: overflow goes on to the next allowed "
+        "model; wait (with ordered models) waits for the budget rather than pass the model"))
     request_id: RequestId | None = Field(None, description=(
         "makes a retried /schedule return the same lease, and keeps the request's place in "
         "the wait queue: send the same id on every retry of one call; unique per call"))
@@ -195,6 +198,7 @@ async def schedule(body: ScheduleBody, _: Writer, router_client: Client) -> Any:
         estimated_output_tokens=body.estimated_output_tokens,
         models=tuple(body.models) if body.models is not None else None,
         ordered=body.ordered, priority=body.priority, kind=body.kind,
+        on_budget=body.on_budget,
         request_id=REQUEST_ID_PREFIX + (body.request_id or uuid.uuid4().hex))
     decision = (await router_client.admit_many([request]))[0]
     request_id = decision.request_id.removeprefix(REQUEST_ID_PREFIX)

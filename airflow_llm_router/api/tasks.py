@@ -91,6 +91,9 @@ class TaskIn(BaseModel):
         "default", description="the task's type: token estimates are learned per kind")
     max_attempts: int = Field(5, strict=True, ge=1, le=MAX_ATTEMPTS, description=(
         "claims allowed before the task is dead-lettered"))
+    on_budget: Literal["overflow", "wait"] = Field("overflow", description=(
+        "when its preferred model is over its spend budget: overflow goes on to the next "
+        "allowed model, wait holds the task until the budget allows it"))
     metadata: dict[str, Any] | None = Field(None, description=(
         "your own JSON object, handed back with the task (at most 65,536 characters)"))
     idempotency_key: Annotated[str, StringConstraints(
@@ -125,6 +128,7 @@ class TaskView(BaseModel):
     allowed_models: list[str] | None
     attempts: int
     max_attempts: int
+    on_budget: Literal["overflow", "wait"]
     model: str | None = Field(description="the model that answered (solved tasks)")
     answer: str | None
     input_tokens: int | None
@@ -201,7 +205,8 @@ def _too_large(path: str) -> dict[int | str, dict[str, Any]]:
 async def post_tasks(body: TasksBody, _: Writer, store: Store, response: Response) -> Any:
     tasks = [NewTask(prompt=t.prompt, priority=t.priority, allowed_models=t.allowed_models,
                      kind=t.kind, max_attempts=t.max_attempts, metadata=t.metadata,
-                     idempotency_key=t.idempotency_key) for t in body.tasks]
+                     idempotency_key=t.idempotency_key, on_budget=t.on_budget)
+             for t in body.tasks]
     try:
         result = await store.run(store.store.enqueue_tasks, tasks)
     except TaskValidationError as err:

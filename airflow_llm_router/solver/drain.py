@@ -65,7 +65,7 @@ def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
     return [
         SolveItem(key=str(t.id), prompt=t.prompt, request_id=f"task-{t.id}:{t.claim_token}",
                   models=t.allowed_models, ordered=True, priority=t.priority,
-                  kind=None if t.kind == DEFAULT_KIND else t.kind)
+                  kind=None if t.kind == DEFAULT_KIND else t.kind, on_budget=t.on_budget)
         for t in claimed
     ]
 

@@ -24,6 +24,8 @@ class SolveItem:
         admission finds its lease again and a restarted run counts its calls afresh.
     :param kind: the task's type; the engine learns output tokens per model and kind
         (``AdmitRequest.kind``). None: the model's estimates only.
+    :param on_budget: over a model's spend budget, ``"overflow"`` to the next allowed
+        model or ``"wait"`` for the budget (``AdmitRequest.on_budget``).
     """
 
     key: str
@@ -34,6 +36,7 @@ class SolveItem:
     priority: str = "bulk"
     max_output_tokens: int | None = None
     kind: str | None = None
+    on_budget: str = "overflow"
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)

@@ -134,7 +134,7 @@ class Solver:
                 estimated_output_tokens=cap, models=item.models, ordered=item.ordered,
                 priority=item.priority,  # type: ignore[arg-type]
                 request_id=f"{item.request_id}:{self.run_mark}:{calls + 1}",
-                kind=item.kind)
+                kind=item.kind, on_budget=item.on_budget)  # type: ignore[arg-type]
             asked = time.monotonic()
             try:
                 lease = await self.admitter.admit(request, max(0.0, self._left()))

@@ -136,6 +136,7 @@ def claimed_task(row: Sequence[Any]) -> ClaimedTask:
         max_attempts=row[6],
         claim_token=row[7],
         metadata=row[8] or {},
+        on_budget=row[9],
     )
 
 

@@ -29,6 +29,8 @@ class NewTask:
 
     :param idempotency_key: the producer's name for this task (at most 200 printable
         characters), or None. A key names one task for the life of the table.
+    :param on_budget: over its preferred model's spend budget, ``"overflow"`` to the next
+        allowed model or ``"wait"`` until the budget allows it (docs/budgets.md).
     """
 
     prompt: str
@@ -38,6 +40,7 @@ class NewTask:
     max_attempts: int = 5
     metadata: Mapping[str, Any] | None = None
     idempotency_key: str | None = None
+    on_budget: str = "overflow"
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ class ClaimedTask:
     max_attempts: int
     claim_token: str
     metadata: dict[str, Any] = field(default_factory=dict, hash=False)
+    #: over its preferred model's spend budget: "overflow" to the next model, or "wait"
+    on_budget: str = "overflow"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict; ``allowed_models`` becomes a list (or None)."""
@@ -72,6 +74,7 @@ class ClaimedTask:
             max_attempts=int(data["max_attempts"]),
             claim_token=str(data["claim_token"]),
             metadata=dict(data.get("metadata") or {}),
+            on_budget=str(data.get("on_budget", "overflow")),
         )
 
 
@@ -99,6 +102,7 @@ class TaskRow:
     updated_at: datetime
     solved_at: datetime | None
     metadata: dict[str, Any] = field(default_factory=dict, hash=False)
+    on_budget: str = "overflow"
 
     def to_dict(self) -> dict[str, Any]:
         """A dict of the row; timestamps stay ``datetime`` objects."""

@@ -19,7 +19,7 @@ from airflow_llm_router.pg import TableNames
 #: Columns of a claimed task, in :class:`~airflow_llm_router.store.models.ClaimedTask` order.
 CLAIMED_COLUMNS = (
     "t.id, t.prompt, t.kind, t.priority, t.allowed_models, t.attempts, t.max_attempts, "
-    "t.claim_token::text, t.metadata"
+    "t.claim_token::text, t.metadata, t.on_budget"
 )
 
 #: Columns of a full row, in :class:`~airflow_llm_router.store.models.TaskRow` order.
@@ -27,7 +27,7 @@ ROW_COLUMNS = (
     "t.id, t.prompt, t.kind, t.priority, t.allowed_models, t.status, t.attempts, "
     "t.max_attempts, t.claim_token::text, t.claimed_by, t.claim_expires_at, t.answer, t.model, "
     "t.input_tokens, t.output_tokens, t.last_error, t.created_at, t.updated_at, t.solved_at, "
-    "t.metadata"
+    "t.metadata, t.on_budget"
 )
 
 _CLEAR_CLAIM = "claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, updated_at = now()"
@@ -38,14 +38,14 @@ _CLEAR_CLAIM = "claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, 
 # key to commit or roll back); _ENQUEUE_KEYS then finds its id in the same transaction.
 _ENQUEUE = """
 INSERT INTO {tasks} (prompt, kind, priority, allowed_models, max_attempts, metadata,
-                     idempotency_key)
+                     idempotency_key, on_budget)
 SELECT u.prompt, u.kind, u.priority, u.models::text[], u.max_attempts, u.metadata::jsonb,
-       u.idempotency_key
+       u.idempotency_key, u.on_budget
   FROM unnest(%(prompts)s::text[], %(kinds)s::text[], %(priorities)s::text[],
               %(allowed_models)s::text[], %(max_attempts)s::int[], %(metadata)s::text[],
-              %(keys)s::text[])
+              %(keys)s::text[], %(on_budget)s::text[])
        WITH ORDINALITY AS u(prompt, kind, priority, models, max_attempts, metadata,
-                            idempotency_key, ord)
+                            idempotency_key, on_budget, ord)
  ORDER BY u.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key

@@ -99,10 +99,22 @@ def _backlog_views(names: TableNames) -> list[sql.Composed | sql.SQL]:
     return [solved, dead, log]
 
 
+def _on_budget(names: TableNames) -> list[sql.Composed | sql.SQL]:
+    """Each task's choice when its preferred model is over its spend budget: go on to the
+    next allowed model (``overflow``, what every task did before) or hold until the budget
+    allows it (``wait``). Existing rows take the default; with a constant default, adding
+    the column rewrites nothing (PostgreSQL 11+)."""
+    column = sql.SQL(
+        "ALTER TABLE {tasks} ADD COLUMN on_budget text NOT NULL DEFAULT 'overflow' "
+        "CHECK (on_budget IN ('overflow', 'wait'))").format(tasks=names.tasks)
+    return [column]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create tasks table and claim indexes", _initial),
     Migration(2, "add idempotency_key with a unique partial index", _idempotency_keys),
     Migration(3, "backlog panel: solved and dead indexes, requeue log", _backlog_views),
+    Migration(4, "add on_budget (overflow or wait) per task", _on_budget),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

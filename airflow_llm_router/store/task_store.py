@@ -60,6 +60,7 @@ class TaskStore(StoreConnection):
         max_attempts: int = 5,
         metadata: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         idempotency_keys: Sequence[str | None] | None = None,
+        on_budget: str = "overflow",
     ) -> list[int]:
         """Add tasks in one statement and notify :attr:`notify_channel` on commit.
 
@@ -72,6 +73,9 @@ class TaskStore(StoreConnection):
         :param idempotency_keys: None, or one key (or None) per prompt: a prompt whose key
             is already in the table is not added again and its existing id is returned, so a
             retried enqueue adds nothing twice (:meth:`enqueue_tasks` also says which).
+        :param on_budget: when a task's preferred model is over its spend budget:
+            ``'overflow'`` to its next allowed model, or ``'wait'`` until the budget allows
+            it (docs/budgets.md).
         :return: the ids, in the order of ``prompts``.
         :raises TaskValidationError: naming the first invalid argument and, for per-task
             values, its index (``prompts[3]``); nothing is written. See ``store/validation.py``
@@ -80,7 +84,7 @@ class TaskStore(StoreConnection):
         return self._insert(validate_enqueue(
             prompts, priority=priority, allowed_models=allowed_models, kind=kind,
             max_attempts=max_attempts, metadata=metadata, idempotency_keys=idempotency_keys,
-            max_prompt_chars=self.max_prompt_chars)).ids
+            on_budget=on_budget, max_prompt_chars=self.max_prompt_chars)).ids
 
     def enqueue_tasks(self, tasks: Sequence[NewTask]) -> Enqueued:
         """Add tasks that differ in priority, models, kind or keys: :meth:`enqueue`, per task.

@@ -34,6 +34,7 @@ __all__ = [
     "EnqueueRows",
     "validate_enqueue",
     "validate_max_prompt_chars",
+    "validate_on_budget",
     "validate_tasks",
 ]
 
@@ -51,6 +52,7 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200
 _MAX_DEPTH = 32
 
 _PRIORITIES = ("hot", "bulk")
+_ON_BUDGET = ("overflow", "wait")
 
 
 @dataclass(frozen=True)
@@ -66,17 +68,19 @@ class EnqueueRows:
     max_attempts: list[int]
     metadata: list[str]
     idempotency_keys: list[str | None]
+    on_budget: list[str]
 
     def params(self) -> dict[str, Any]:
         return {"prompts": self.prompts, "priorities": self.priorities,
                 "allowed_models": self.allowed_models, "kinds": self.kinds,
                 "max_attempts": self.max_attempts, "metadata": self.metadata,
-                "keys": self.idempotency_keys}
+                "keys": self.idempotency_keys, "on_budget": self.on_budget}
 
 
 def validate_enqueue(prompts: object, *, priority: object, allowed_models: object,
                      kind: object, max_attempts: object, metadata: object,
-                     idempotency_keys: object = None, max_prompt_chars: int) -> EnqueueRows:
+                     idempotency_keys: object = None, on_budget: object = "overflow",
+                     max_prompt_chars: int) -> EnqueueRows:
     """Check every argument of an enqueue; raise on the first bad one, naming it."""
     checked = validate_prompts(prompts, max_prompt_chars)
     count = len(checked)
@@ -89,6 +93,7 @@ def validate_enqueue(prompts: object, *, priority: object, allowed_models: objec
         max_attempts=[validate_max_attempts(max_attempts)] * count,
         metadata=validate_metadata(metadata, count),
         idempotency_keys=validate_idempotency_keys(idempotency_keys, count),
+        on_budget=[validate_on_budget(on_budget)] * count,
     )
 
 
@@ -97,7 +102,8 @@ def validate_tasks(tasks: object, max_prompt_chars: int) -> EnqueueRows:
     if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Sequence):
         raise TaskValidationError("tasks", "must be a list of NewTask objects")
     columns: dict[str, list[Any]] = {name: [] for name in (
-        "prompts", "priorities", "allowed_models", "kinds", "max_attempts", "metadata")}
+        "prompts", "priorities", "allowed_models", "kinds", "max_attempts", "metadata",
+        "on_budget")}
     for i, task in enumerate(tasks):
         if not isinstance(task, NewTask):
             raise TaskValidationError(f"tasks[{i}]", f"must be a NewTask, got "
@@ -112,6 +118,7 @@ def validate_tasks(tasks: object, max_prompt_chars: int) -> EnqueueRows:
             columns["metadata"].append(
                 "{}" if task.metadata is None else _metadata_json("metadata", task.metadata))
             _check_key("idempotency_key", task.idempotency_key)
+            columns["on_budget"].append(validate_on_budget(task.on_budget))
     keys = [task.idempotency_key for task in tasks]
     _reject_repeats([f"tasks[{i}].idempotency_key" for i in range(len(keys))], keys)
     return EnqueueRows(**columns, idempotency_keys=keys)
@@ -228,6 +235,15 @@ def validate_priority(priority: object) -> str:
         raise TaskValidationError(
             "priority", f"must be 'hot' or 'bulk', got {priority!r}; use 'hot' to jump the queue")
     return priority
+
+
+def validate_on_budget(on_budget: object) -> str:
+    if not isinstance(on_budget, str) or on_budget not in _ON_BUDGET:
+        raise TaskValidationError(
+            "on_budget", f"must be 'overflow' or 'wait', got {on_budget!r}; 'wait' holds the "
+            "task while its preferred model is over its spend budget, 'overflow' lets it go "
+            "on to its next allowed model")
+    return on_budget
 
 
 def validate_allowed_models(allowed_models: object) -> list[str] | None:
