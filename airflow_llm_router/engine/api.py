@@ -23,6 +23,7 @@ from airflow_llm_router.engine.core import Completion, Decision, RouterCore
 from airflow_llm_router.engine.history import RouterHistory
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget
 from airflow_llm_router.engine.restore import (
+    Durable,
     QuotaSource,
     Steps,
     admit_restoring,
@@ -155,11 +156,13 @@ class RouterAPI:
 
     @operation
     def sync_quotas(self, quotas: Mapping[str, ModelQuota], *,
-                    after_loss: bool = False) -> Steps[int]:
-        """Write each of ``quotas`` that Redis lacks and mark Redis as synced with the
-        durable store; returns how many were written. ``after_loss``: Redis lost its data
-        (not a new namespace): admit at the recovery share for one window."""
-        return sync_quotas(self.core, quotas, after_loss=after_loss)
+                    budget: RouterBudget | None = None, after_loss: bool = False
+                    ) -> Steps[int]:
+        """Write each of ``quotas`` that Redis lacks (and ``budget``, the router-wide one,
+        if Redis has none) and mark Redis as synced with the durable store; returns how
+        many values were written. ``after_loss``: Redis lost its data (not a new
+        namespace): admit at the recovery share for one window."""
+        return sync_quotas(self.core, quotas, budget=budget, after_loss=after_loss)
 
     @operation
     def admit_many(self, requests: Sequence[AdmitRequest]) -> Steps[list[Decision]]:
@@ -176,12 +179,13 @@ class RouterAPI:
         """Readers of the stats first restore lost quotas (see ``with_quotas``)."""
         return step if self.quota_source is None else with_quotas(self.core, step)
 
-    def _load_quotas(self) -> dict[str, ModelQuota] | None:
+    def _load_quotas(self) -> Durable | None:
         """Read the quota source; a failure is logged, not raised (the caller then gets the
         rejection it would have had without a source)."""
         assert self.quota_source is not None
         try:
-            return dict(self.quota_source())
+            found = self.quota_source()
+            return found if isinstance(found, Durable) else Durable(dict(found))
         except Exception as err:
             now = time.monotonic()
             if now - self._source_warned_at >= SOURCE_WARNING_EVERY_S:  # not once per read

@@ -13,6 +13,10 @@ the marker, and asking again once. With the marker present Redis is whole: a mod
 not know was deleted (or never stored), and is not "restored" over a live configuration.
 Concurrent restorers write the same values, so restoring twice is harmless.
 
+The router-wide spend budget is restored the same way: a source may answer a
+:class:`Durable` (the quotas and the budget, as ``QuotaStore.durable`` does) instead of the
+quotas alone, and a budget Redis lacks is written back with the quotas.
+
 Like the rest of the engine's policy this is a step generator with no I/O: reading the
 source is a :class:`LoadQuotas` step that each client runs its own way (the async client
 in a thread, so a trigger's event loop never blocks on PostgreSQL).
@@ -28,11 +32,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow_llm_router.engine.core import Command, Decision, RouterCore, Script, Step
-from airflow_llm_router.engine.quota import ModelQuota
+from airflow_llm_router.engine.quota import ModelQuota, RouterBudget
 from airflow_llm_router.engine.types import AdmitRequest, Rejection
 
 __all__ = [
     "LOST_QUOTA_REASONS",
+    "Durable",
     "LoadQuotas",
     "QuotaSource",
     "Steps",
@@ -46,7 +51,18 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-QuotaSource = Callable[[], Mapping[str, ModelQuota]]
+
+@dataclass(frozen=True)
+class Durable:
+    """What the durable store holds: every model's quota and the router-wide budget (None:
+    none is set)."""
+
+    quotas: Mapping[str, ModelQuota]
+    budget: RouterBudget | None = None
+
+
+#: Reads the durable store: the quotas alone, or the quotas and the budget.
+QuotaSource = Callable[[], Mapping[str, ModelQuota] | Durable]
 
 #: Rejections that a missing quota hash produces.
 LOST_QUOTA_REASONS = ("no_models", "unknown_model")
@@ -54,8 +70,8 @@ LOST_QUOTA_REASONS = ("no_models", "unknown_model")
 
 @dataclass(frozen=True)
 class LoadQuotas:
-    """Step: read the client's quota source; the reply is ``{model: ModelQuota}``, or None
-    if the source failed (the failure is logged by the client)."""
+    """Step: read the client's quota source; the reply is a :class:`Durable`, or None if
+    the source failed (the failure is logged by the client)."""
 
 
 #: A step that may also read the quota source: what a client drives.
@@ -95,10 +111,10 @@ def quotas_synced(core: RouterCore) -> Step[bool]:
 
 
 def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota], *,
-                after_loss: bool = False) -> Step[int]:
+                budget: RouterBudget | None = None, after_loss: bool = False) -> Step[int]:
     """Write each of ``quotas`` that Redis lacks (those it holds stay: they were written
-    since the loss, by someone who knew better) and set the epoch marker; returns how many
-    were written.
+    since the loss, by someone who knew better), and ``budget`` (the router-wide one) if
+    Redis has none, and set the epoch marker; returns how many values were written.
 
     ``after_loss``: Redis lost its data (the epoch marker is gone and quotas were wanted):
     also start the recovery hold (``K_RECOVER``), during which each model is admitted at
@@ -116,6 +132,9 @@ def sync_quotas(core: RouterCore, quotas: Mapping[str, ModelQuota], *,
         if model not in held:
             yield from core.set_quota(model, quota)
             written += 1
+    if budget is not None and (yield from core.get_budget()) is None:
+        yield from core.set_budget(budget)
+        written += 1
     yield Command(("SET", core.keys.router("K_EPOCH"), str(int(time.time() * 1000))))
     return written
 
@@ -125,12 +144,14 @@ def restore_quotas(core: RouterCore) -> Steps[bool]:
     any were written."""
     if (yield from quotas_synced(core)):
         return False
-    quotas = yield LoadQuotas()
-    if quotas is None:
+    stored: Durable | None = yield LoadQuotas()
+    if stored is None:
         return False
-    written = yield from sync_quotas(core, quotas, after_loss=True)
+    written = yield from sync_quotas(core, stored.quotas, budget=stored.budget,
+                                     after_loss=True)
     if written:
-        log.warning("Redis of router namespace %r had lost %d quota(s): restored them from "
-                    "the quota store; admitting at %.0f %% of each quota for one window",
+        log.warning("Redis of router namespace %r had lost %d stored value(s) (quotas and "
+                    "the router-wide budget): restored them from the quota store; admitting "
+                    "at %.0f %% of each quota for one window",
                     core.settings.namespace, written, 100 * core.settings.recovery_share)
     return written > 0

@@ -243,7 +243,7 @@ class RouterHook(BaseHook):
 
 
 def _source(config: QuotaConfig, postgres_conn: Any) -> QuotaSource:
-    return config.open_store(None, postgres_conn).quotas
+    return config.open_store(None, postgres_conn).durable
 
 
 _TOLD_NO_SOURCE: set[str] = set()

@@ -22,6 +22,11 @@ def audit_table(names: TableNames) -> sql.Identifier:
     return sql.Identifier(names.schema, f"{names.table}_audit")
 
 
+def budget_table(names: TableNames) -> sql.Identifier:
+    """``<schema>.<table>_budget``: at most one row, the router-wide spend budget."""
+    return sql.Identifier(names.schema, f"{names.table}_budget")
+
+
 def _initial(names: TableNames) -> list[sql.Composed | sql.SQL]:
     quotas = sql.SQL(
         """
@@ -52,6 +57,23 @@ def _initial(names: TableNames) -> list[sql.Composed | sql.SQL]:
     return [quotas, audit, by_model]
 
 
+def _router_budget(names: TableNames) -> list[sql.Composed | sql.SQL]:
+    """The router-wide spend budget, kept like a quota (changes audited in the quota audit
+    log). One row at most: the primary key can only be true."""
+    budget = sql.SQL(
+        """
+        CREATE TABLE {budget} (
+            singleton  boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+            budget     jsonb       NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            updated_by text        NOT NULL
+        )
+        """
+    ).format(budget=budget_table(names))
+    return [budget]
+
+
 QUOTA_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create quota and quota audit tables", _initial),
+    Migration(2, "router-wide spend budget table", _router_budget),
 )

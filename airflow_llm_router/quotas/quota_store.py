@@ -9,9 +9,15 @@ advisory lock per quota table serialises changes, so Redis sees them in commit o
 Each call opens its own short-lived connection: the store is used from the API server's
 thread pool and from the CLI, where calls are rare and must not share a connection.
 
-Longer than most modules (about 300 lines) because every change is one transaction that
-writes the quota, its audit row and the Redis copy together; splitting the writes from the
-transaction would spread that one promise over two files.
+Longer than most modules (about 460 lines, with the router-wide budget) because every
+change is one transaction that writes the value, its audit row and the Redis copy
+together; splitting the writes from the transaction would spread that one promise over
+two files.
+
+The router-wide spend budget (``RouterBudget``) is kept the same way, in a one-row table
+beside the quotas (``<table>_budget``), audited in the same log under the name
+:data:`ROUTER_BUDGET_AUDIT_NAME` (no model can have it), and restored with the quotas
+(:meth:`QuotaStore.durable` is the restore source).
 """
 
 from __future__ import annotations
@@ -30,14 +36,24 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
 from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.quota import ModelQuota, validate_model_name
+from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_model_name
+from airflow_llm_router.engine.restore import Durable
 from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError
 from airflow_llm_router.pg import ADVISORY_LOCK_CLASS, TableNames, migrate
-from airflow_llm_router.quotas.quota_schema import QUOTA_MIGRATIONS, audit_table, quota_table
+from airflow_llm_router.quotas.quota_schema import (
+    QUOTA_MIGRATIONS,
+    audit_table,
+    budget_table,
+    quota_table,
+)
 
 log = logging.getLogger(__name__)
 
 Action = Literal["create", "replace", "patch", "delete"]
+
+#: The audit log's ``model`` for changes of the router-wide budget: not a valid model name,
+#: so it never names a model's quota.
+ROUTER_BUDGET_AUDIT_NAME = "*"
 
 #: Second advisory-lock class (the first, ``ADVISORY_LOCK_CLASS``, guards migrations).
 _CHANGE_LOCK_CLASS = ADVISORY_LOCK_CLASS + 1
@@ -55,6 +71,25 @@ class QuotaRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "quota": self.quota.model_dump(),
                 "updated_at": self.updated_at.isoformat(), "updated_by": self.updated_by}
+
+
+@dataclass(frozen=True)
+class BudgetRecord:
+    """The stored router-wide budget and its last change."""
+
+    budget: RouterBudget
+    updated_at: datetime
+    updated_by: str
+
+
+@dataclass(frozen=True)
+class BudgetChange:
+    """What :meth:`QuotaStore.set_budget` changed (``audit_id`` None: already in place)."""
+
+    action: Action
+    old: RouterBudget | None
+    new: RouterBudget | None
+    audit_id: int | None
 
 
 @dataclass(frozen=True)
@@ -140,6 +175,37 @@ class QuotaStore:
         """Every stored quota by model: the source the router restores Redis from."""
         return {r.model: r.quota for r in self.records()}
 
+    def durable(self) -> Durable:
+        """Every stored quota and the router-wide budget: what a router client restores
+        into a Redis that lost its data (its ``quota_source``)."""
+        with self._transaction() as conn:
+            quotas = {m: ModelQuota.model_validate(q) for m, q in conn.execute(
+                sql.SQL("SELECT model, quota FROM {}").format(quota_table(self._names)))}
+            budget = self._budget_if_migrated(conn)
+        return Durable(quotas, None if budget is None else budget.budget)
+
+    def budget_record(self) -> BudgetRecord | None:
+        """The stored router-wide budget, or None if none is set."""
+        with self._transaction() as conn:
+            return self._stored_budget(conn)
+
+    def _stored_budget(self, conn: psycopg.Connection[Any], lock: bool = False
+                       ) -> BudgetRecord | None:
+        row = conn.execute(
+            sql.SQL("SELECT budget, updated_at, updated_by FROM {}" + (
+                " FOR UPDATE" if lock else "")).format(budget_table(self._names))).fetchone()
+        return None if row is None else BudgetRecord(RouterBudget.model_validate(row[0]),
+                                                     row[1], row[2])
+
+    def _budget_if_migrated(self, conn: psycopg.Connection[Any]) -> BudgetRecord | None:
+        """The stored budget; None also on tables not yet migrated to hold one (restoring
+        the quotas must not fail on a store an upgrade has not migrated yet)."""
+        try:
+            with conn.transaction():  # a savepoint: the failed read leaves the rest usable
+                return self._stored_budget(conn)
+        except pg_errors.UndefinedTable:
+            return None
+
     def records(self) -> list[QuotaRecord]:
         with self._transaction() as conn:
             rows = conn.execute(
@@ -210,14 +276,71 @@ class QuotaStore:
         return [c for c in self._change(wanted, actor=actor, source=source, missing_ok=prune)
                 if c.audit_id is not None]
 
+    def set_budget(self, budget: RouterBudget | Mapping[str, Any] | None, *, actor: str,
+                   source: str = "python") -> BudgetChange:
+        """Set (or with None, remove) the router-wide spend budget: stored, audited and
+        pushed to the router's Redis in one transaction, like a quota change.
+
+        :raises QuotaValidationError: naming the bad field (nothing is changed).
+        :raises QuotaStoreError: PostgreSQL or Redis failed (nothing is changed).
+        """
+        new = budget if budget is None or isinstance(budget, RouterBudget) \
+            else RouterBudget.parse(dict(budget))
+        pushed: BudgetChange | None = None
+        try:
+            with self._transaction() as conn:
+                self._lock_changes(conn)
+                self._resync(conn, created=set())  # first what a Redis that lost it lacks
+                change = self._write_budget(conn, new, actor, source)
+                self._push_budget(change.new)
+                pushed = change
+        except BaseException:
+            if pushed is not None:  # the commit failed after the push: undo it
+                try:
+                    self._push_budget(pushed.old)
+                except QuotaStoreError:
+                    log.exception("could not restore the previous router-wide budget in "
+                                  "Redis after a failed commit")
+            raise
+        return change
+
+    def _write_budget(self, conn: psycopg.Connection[Any], new: RouterBudget | None,
+                      actor: str, source: str) -> BudgetChange:
+        stored = self._stored_budget(conn, lock=True)
+        old = None if stored is None else stored.budget
+        action: Action = ("delete" if new is None else "create" if old is None
+                          else "replace")
+        if new == old:
+            return BudgetChange(action, old, new, None)
+        table = budget_table(self._names)
+        if new is None:
+            conn.execute(sql.SQL("DELETE FROM {}").format(table))
+        else:
+            conn.execute(
+                sql.SQL("INSERT INTO {} (budget, updated_at, updated_by) VALUES (%s, now(), %s) "
+                        "ON CONFLICT (singleton) DO UPDATE SET budget = EXCLUDED.budget, "
+                        "updated_at = now(), updated_by = EXCLUDED.updated_by").format(table),
+                (Jsonb(new.model_dump()), actor))
+        audit_row = conn.execute(
+            sql.SQL("INSERT INTO {} (actor, action, source, model, old, new) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id")
+            .format(audit_table(self._names)),
+            (actor, action, source, ROUTER_BUDGET_AUDIT_NAME, _json(old), _json(new))
+        ).fetchone()
+        assert audit_row is not None
+        return BudgetChange(action, old, new, int(audit_row[0]))
+
+    def _lock_changes(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                     (_CHANGE_LOCK_CLASS, f"{self._names.schema}.{self._names.table}"))
+
     def _change(self, wanted: Mapping[str, ModelQuota | dict[str, Any] | None], *, actor: str,
                 source: str, patch: bool = False, missing_ok: bool = False
                 ) -> list[QuotaChange]:
         pushed: list[QuotaChange] = []
         try:
             with self._transaction() as conn:
-                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                             (_CHANGE_LOCK_CLASS, f"{self._names.schema}.{self._names.table}"))
+                self._lock_changes(conn)
                 changes = [self._write(conn, model, value, actor, source, patch, missing_ok)
                            for model, value in sorted(wanted.items())]
                 self._resync(conn, created={c.model for c in changes if c.old is None})
@@ -282,16 +405,18 @@ class QuotaStore:
                 return
             rows = conn.execute(sql.SQL("SELECT model, quota FROM {}")
                                 .format(quota_table(self._names))).fetchall()
+            budget = self._budget_if_migrated(conn)
             restored = self.router.sync_quotas(
                 {m: ModelQuota.model_validate(q) for m, q in rows},
+                budget=None if budget is None else budget.budget,
                 after_loss=any(m not in created for m, _ in rows))
         except Exception as err:
             raise QuotaStoreError(
                 f"cannot restore the stored quotas to the router's Redis ({err}); nothing "
                 "was changed, retry when Redis is reachable") from err
         if restored:
-            log.warning("the router's Redis had lost %d stored quota(s): restored them",
-                        restored)
+            log.warning("the router's Redis had lost %d stored value(s) (quotas and the "
+                        "router-wide budget): restored them", restored)
 
     def _push(self, model: str, quota: ModelQuota | None) -> None:
         if self.router is None:
@@ -307,6 +432,16 @@ class QuotaStore:
                 "nothing was changed, retry when Redis is reachable"
             ) from err
 
+    def _push_budget(self, budget: RouterBudget | None) -> None:
+        if self.router is None:
+            return
+        try:
+            self.router.set_budget(budget)
+        except Exception as err:
+            raise QuotaStoreError(
+                f"cannot push the router-wide budget to the router's Redis ({err}); nothing "
+                "was changed, retry when Redis is reachable") from err
+
     def _undo(self, change: QuotaChange) -> None:
         try:
             self._push(change.model, change.old)
@@ -321,5 +456,5 @@ def _checked(model: str, quota: ModelQuota | Mapping[str, Any]) -> ModelQuota:
     return quota if isinstance(quota, ModelQuota) else ModelQuota.parse(dict(quota))
 
 
-def _json(quota: ModelQuota | None) -> Jsonb | None:
-    return None if quota is None else Jsonb(quota.model_dump())
+def _json(value: ModelQuota | RouterBudget | None) -> Jsonb | None:
+    return None if value is None else Jsonb(value.model_dump())

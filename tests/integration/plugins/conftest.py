@@ -78,11 +78,12 @@ class QuotaUiStack:
             client.close()
 
     def reset(self) -> None:
-        """No quota, no audit row, no router state."""
+        """No quota, no router-wide budget, no audit row, no router state."""
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("TRUNCATE {}, {}").format(
+            conn.execute(sql.SQL("TRUNCATE {}, {}, {}").format(
                 sql.Identifier(self.schema, "quotas"),
-                sql.Identifier(self.schema, "quotas_audit")))
+                sql.Identifier(self.schema, "quotas_audit"),
+                sql.Identifier(self.schema, "quotas_budget")))
         delete_namespace(self.namespace)
 
 
