@@ -11,7 +11,7 @@ from airflow_llm_router import __version__
 from airflow_llm_router.api.errors import validation_handler
 from airflow_llm_router.api.openapi import serve_openapi
 from airflow_llm_router.engine.quota import field_hint
-from airflow_llm_router.plugins.quota_ui import api, backlog, budget, page
+from airflow_llm_router.plugins.quota_ui import api, backlog, budget, me, page
 from airflow_llm_router.plugins.quota_ui.auth import can_read
 from airflow_llm_router.plugins.quota_ui.history import router as history_router
 from airflow_llm_router.plugins.quota_ui.service import LazyService, QuotaService
@@ -44,6 +44,7 @@ def create_app(service_factory: Callable[[], QuotaService] | None = None) -> Fas
     app.state.service = LazyService(service_factory or QuotaService.from_airflow)
     app.include_router(api.router)
     app.include_router(budget.router)
+    app.include_router(me.router)
     app.include_router(history_router)
     app.include_router(backlog.router)
     app.include_router(page.router)

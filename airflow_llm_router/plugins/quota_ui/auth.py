@@ -95,5 +95,11 @@ def can_edit(request: Request, user: GetUserDep) -> BaseUser:
     return user
 
 
+def may(method: ResourceMethod, user: BaseUser) -> bool:
+    """Whether ``user`` may ``method`` quotas (pools), as the routes above decide it: the
+    page asks (``GET /api/me``) to offer only the controls the user may use."""
+    return _allowed(method, user)
+
+
 Reader = Annotated[BaseUser, Depends(can_read)]
 Editor = Annotated[BaseUser, Depends(can_edit)]

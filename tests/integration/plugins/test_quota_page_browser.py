@@ -5,7 +5,8 @@ sees a validation message next to a bad value, edits a model's rpm, sees the new
 its audit row, and checks that the next admissions obey the new rpm and that the usage bars
 follow them. Needs Debian's ``chromium`` and ``chromium-driver``: without them the test is
 skipped, unless ``LLMR_REQUIRE_BROWSER=1`` (CI) makes that a failure.
-``LLMR_SCREENSHOT=<file>`` saves the screenshot there (``docs/img/quota_ui.png`` is made so).
+``LLMR_SCREENSHOT_DIR=docs/img`` re-makes the docs' pictures of the page (light and dark);
+``LLMR_SCREENSHOT=<file>`` saves the first test's light one there instead.
 """
 
 from __future__ import annotations
@@ -177,11 +178,9 @@ def test_edit_rpm_in_the_airflow_ui(ui: QuotaUiStack, tokens: dict[str, str],
     assert errors == [] or all("api/quotas/gpt-large" in e and "422" in e for e in errors), \
         errors  # the one refused PATCH above is the only expected failure
 
-    browser.switch_to.default_content()
-    shot = Path(os.environ.get("LLMR_SCREENSHOT") or tmp_path / "quota_ui.png")
+    shot = Path(os.environ.get("LLMR_SCREENSHOT") or screenshot_path(tmp_path, "quota_ui.png"))
     shot.parent.mkdir(parents=True, exist_ok=True)
-    assert browser.save_screenshot(str(shot))
-    assert shot.stat().st_size > 10_000
+    viewport_shot(browser, None, shot)
 
 
 # --- the backlog panel, adding and deleting models, search and paging ----------------------
@@ -201,15 +200,32 @@ def screenshot_path(tmp_path: Path, name: str) -> Path:
     return folder / name
 
 
-def viewport_shot(driver: WebDriver, element_id: str, path: Path) -> None:
-    """Scroll the page (inside the UI's iframe) to ``element_id`` and save the whole
-    window, Airflow's navigation included."""
-    driver.execute_script(f"document.getElementById('{element_id}').scrollIntoView()")
+def viewport_shot(driver: WebDriver, element_id: str | None, path: Path,
+                  dark: bool = True) -> None:
+    """Scroll the page (inside the UI's iframe) to ``element_id`` (None: its top) and save
+    the whole window, Airflow's navigation included; with ``dark``, then the same in dark
+    colours as ``<name>_dark.png`` (the page and Airflow's UI follow the system's scheme)."""
+    driver.execute_script("const e = arguments[0] && document.getElementById(arguments[0]);"
+                          "if (e) e.scrollIntoView(); else window.scrollTo(0, 0);", element_id)
     driver.switch_to.default_content()
     assert driver.save_screenshot(str(path))
     assert path.stat().st_size > 10_000
     frame = driver.find_element(By.CSS_SELECTOR, "iframe[src*='/llm-router/ui']")
     driver.switch_to.frame(frame)
+    if not dark:
+        return
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+        "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        wait(driver, "the page in dark colours", lambda d: d.execute_script(
+            "return getComputedStyle(document.body).backgroundColor") == "rgb(26, 32, 44)")
+        driver.switch_to.default_content()
+        dark_path = path.with_name(f"{path.stem}_dark{path.suffix}")
+        assert driver.save_screenshot(str(dark_path))
+        assert dark_path.stat().st_size > 10_000
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        driver.switch_to.frame(frame)
 
 
 # Read in one script call: the panel redraws every few seconds, so an element found by

@@ -1,6 +1,7 @@
 // The backlog panel: counts, age, throughput and ETA from GET api/backlog; the dead letters
 // (filtered, paged) from GET api/backlog/dead; requeue through POST api/backlog/requeue
-// (editors; a viewer sees the server's 403 message). Uses el, api and detailText of quotas.js.
+// (editors only: a viewer is shown no requeue control, see quotas.js loadAccess). Uses el,
+// api and detailText of quotas.js.
 "use strict";
 
 const DEAD_PAGE = 20;
@@ -77,7 +78,7 @@ function deadRow(task) {
     refreshRequeueButtons();
   });
   const models = task.model || (task.allowed_models ? task.allowed_models.join(", ") : "any");
-  return el("tr", { "data-task": String(task.id) }, el("td", {}, box),
+  return el("tr", { "data-task": String(task.id) }, el("td", { class: "edit-only" }, box),
     el("td", {}, `#${task.id}`), el("td", {}, task.kind), el("td", {}, task.priority),
     el("td", {}, `${task.attempts} / ${task.max_attempts}`), el("td", {}, models),
     el("td", { class: "error-text", title: task.last_error || "" }, task.last_error || ""),

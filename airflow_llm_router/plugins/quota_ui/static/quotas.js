@@ -15,6 +15,9 @@ const FIELDS = [
 const rows = new Map(); // model -> {tr, inputs, errors, bars, message, quota}
 const PAGE_SIZE = 50; // rows of the quota table shown at once (filter to find the others)
 const table = { views: [], page: 0, filter: "" }; // every model from the API, the page shown
+// What the signed-in user may change (GET api/me). Until it answers, nothing may: controls
+// marked .edit-only / .delete-only stay hidden (quotas.css), so a viewer never sees one.
+const access = { canEdit: false, canDelete: false };
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -112,8 +115,8 @@ function createRow(model) {
   const bars = { rpm: bar("requests"), tpm: bar("tokens"), conc: bar("in flight"),
                  spend: bar("spend") };
   bars.spend.node.dataset.spend = "1";
-  const save = el("button", { class: "save", type: "button", disabled: true }, "Save");
-  const remove = el("button", { class: "delete", type: "button",
+  const save = el("button", { class: "save edit-only", type: "button", disabled: true }, "Save");
+  const remove = el("button", { class: "delete delete-only", type: "button",
                                 "aria-label": `Delete ${model}` }, "Delete");
   const message = el("div", { class: "row-message", role: "status" });
   const name = el("td", { class: "model" }, model, el("small"));
@@ -142,6 +145,7 @@ function renderRow(view) {
     }
   }
   refreshDirty(row);
+  for (const input of Object.values(row.inputs)) input.disabled = !access.canEdit;
   const u = view.usage || { requests: 0, tokens: 0, in_flight: 0 };
   showBar(row.bars.rpm, u.requests, view.quota.rpm, u.rpm_pct);
   showBar(row.bars.tpm, u.tokens, view.quota.tpm, u.tpm_pct);
@@ -329,6 +333,25 @@ async function loadAudit() {
     el("td", { class: "change" }, describeChange(e)), el("td", {}, e.source))));
 }
 
+// Ask once what the user may change; show the controls they may use, or say why not.
+async function loadAccess() {
+  const { ok, status, body } = await api("me");
+  const note = document.getElementById("read-only-note");
+  if (ok) {
+    access.canEdit = body.can_edit;
+    access.canDelete = body.can_delete;
+    document.body.dataset.canEdit = String(body.can_edit);
+    document.body.dataset.canDelete = String(body.can_delete);
+    note.textContent = `Signed in as ${body.user}: read only. Changing quotas or requeueing `
+      + "tasks needs the permission to edit pools (the op or admin role).";
+  } else {
+    note.textContent = `Could not tell what you may change (${status}): the page is read `
+      + "only.";
+  }
+  note.hidden = ok && body.can_edit;
+  renderTable();
+}
+
 async function tick() {
   try {
     await loadQuotas();
@@ -339,6 +362,7 @@ async function tick() {
 }
 
 setupTable();
+loadAccess();
 tick();
 loadAudit();
 setInterval(loadAudit, REFRESH_MS * 5);
