@@ -18,6 +18,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NoReturn
 
 from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -27,11 +28,17 @@ from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.loader import read_quota_file
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not usage + message
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _parser(config: QuotaConfig | None = None) -> argparse.ArgumentParser:
     """The parser; its help shows the defaults ``config`` (the ``[llm_router]`` options)
     gives."""
     d = config or QuotaConfig()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m airflow_llm_router.quotas",
         description="Manage the LLM router's durable quotas. Defaults come from the "
         "[llm_router] section of the Airflow config.")
@@ -43,7 +50,8 @@ def _parser(config: QuotaConfig | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--table", help=f"name of the quota table (default: {d.table})")
     commands = parser.add_subparsers(dest="command", required=True)
     load = commands.add_parser("load", help="validate a YAML/JSON file and apply it at once")
-    load.add_argument("file")
+    load.add_argument("file", help="YAML or JSON: model names to quotas, at the top level "
+                      "or under models")
     load.add_argument("--prune", action="store_true",
                       help="also delete stored quotas of models the file does not name")
     load.add_argument("--actor", default=f"cli:{getpass.getuser()}",
@@ -96,7 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    """One ``error:`` line, also for a driver's message on several lines (psycopg adds its
+    hint on a second one)."""
+    one_line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    print(f"error: {one_line}", file=sys.stderr)
     return 2
 
 

@@ -6,15 +6,36 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from llm_router_devkit.demo.run import DemoOptions, main_guarded
 
 _DEFAULTS = DemoOptions()
 
+#: Why the design the router replaces is not a demo mode, and where it is compared.
+AS_IS_REFUSAL = (
+    "as_is_baseline is not a demo mode: dag.test() runs mapped tasks one after another, so "
+    "its 20 workers would run one at a time (~20x slower than that design really is); the "
+    "benchmark compares it, its workers in parallel as in production: python -m bench.e2e "
+    "--designs as-is router (docs/benchmarks.md)")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not usage + message
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _dag(name: str) -> str:
+    """The drain DAG's name; the old design's gets the reason and the benchmark's command."""
+    if name == "as_is_baseline":
+        raise argparse.ArgumentTypeError(AS_IS_REFUSAL)
+    return name
+
 
 def _parser() -> argparse.ArgumentParser:
     d = _DEFAULTS
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m llm_router_devkit.demo",
         description="Drain a seeded backlog through Airflow, the router and the Models Backend "
         "simulator, and report traffic per model against its limits.",
@@ -27,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=d.seed, help="seed of the backlog and the simulator")
     add("--error-rate", type=float, default=d.error_rate,
         help="probability that the simulator answers 500 to an accepted call")
-    add("--dag", default=d.dag, choices=["llm_router_drain"],
+    add("--dag", default=d.dag, choices=["llm_router_drain"], type=_dag,
         help="the example DAG that drains the backlog (the design it replaces is compared "
         "in the benchmark, where its workers run in parallel as in production: python -m "
         "bench.e2e --designs as-is router)")

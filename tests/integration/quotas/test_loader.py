@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,6 +89,21 @@ def test_cli_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None
         assert default in out
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["bogus"], "argument command: invalid choice: 'bogus'"),
+    (["load"], "the following arguments are required: file"),
+    (["list", "--prune"], "unrecognized arguments: --prune"),
+])
+def test_a_command_line_mistake_is_one_error_line_and_exit_2(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
+    assert lines[0].endswith("(see --help)")
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("models: [1, 2]", "expected a mapping of model names"),
     ("m: {rpm: '60', tpm: 1, max_concurrency: 1}", "m: rpm: Input should be a valid integer"),
@@ -167,3 +183,15 @@ def test_a_missing_connection_is_one_error_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
     assert "no_such_connection" in err[0] and "connections add" in err[0]
+
+
+def test_an_unreachable_database_is_one_error_line_and_exit_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("AIRFLOW_CONN_PG_NOWHERE", f"postgresql://u@127.0.0.1:{port}/x")
+    assert main(["--postgres-conn-id", "pg_nowhere", "list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: quota store: "), err
+    assert "Connection refused" in err[0] and "Is the server running" in err[0]

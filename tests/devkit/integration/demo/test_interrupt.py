@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from llm_router_devkit.demo.__main__ import AS_IS_REFUSAL
 from llm_router_devkit.stack import group_members, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -88,6 +89,18 @@ def test_a_dags_folder_without_the_dag_is_one_error_line_and_exit_2(tmp_path: Pa
     lines = done.stderr.strip().splitlines()
     assert lines == [f"error: --dags-folder: {tmp_path} has no llm_router_drain.py; give the "
                      f"folder of the example DAGs (default: {_repo_dags()})"], done.stderr
+    assert not (tmp_path / "demo").exists()  # refused before anything started
+
+
+def test_the_old_design_is_no_demo_mode_and_the_refusal_points_to_the_benchmark(
+        tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "llm_router_devkit.demo", "--dag", "as_is_baseline",
+         "--workdir", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [f"error: argument --dag: {AS_IS_REFUSAL} (see --help)"]
+    assert "python -m bench.e2e --designs as-is router" in AS_IS_REFUSAL
     assert not (tmp_path / "demo").exists()  # refused before anything started
 
 
