@@ -244,7 +244,11 @@ def _say_interrupted(env: dict[str, Any], opts: DemoOptions) -> None:
         counts = None
     where = "" if counts is None else (
         f": {counts.get('solved', 0)} of {opts.prompts} tasks solved, "
-        f"{counts.get('claimed', 0)} claimed, {counts.get('pending', 0)} pending")
+        f"{counts.get('dead', 0)} dead; " + (
+            f"the solvers handed back their claims: {counts.get('pending', 0)} pending"
+            if not counts.get("claimed") else
+            f"{counts.get('pending', 0)} pending, {counts['claimed']} still claimed (pending "
+            "again when their claims expire)"))
     print(f"\ninterrupted{where}; stopping the DAG run, the simulator and the embedded "
           f"services (the demo's schema {opts.schema} is recreated on the next run)",
           file=sys.stderr, flush=True)
