@@ -15,7 +15,8 @@ router = APIRouter(tags=["LLM quotas page"])
 
 _STATIC = files("airflow_llm_router.plugins.quota_ui") / "static"
 _ASSETS = {"quotas.js": "text/javascript", "quotas.css": "text/css",
-           "models.js": "text/javascript", "backlog.js": "text/javascript"}
+           "models.js": "text/javascript", "backlog.js": "text/javascript",
+           "budget.js": "text/javascript", "budget.css": "text/css"}
 #: The Traffic chart and the charting library served with it (uPlot 1.6.32 from npm, MIT:
 #: vendor/uPlot.LICENSE), so the page needs no CDN and works offline.
 _ASSETS.update({"traffic.js": "text/javascript", "traffic.css": "text/css",

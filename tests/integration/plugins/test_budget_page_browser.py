@@ -1,6 +1,7 @@
-"""The quota page shows a priced model's spend against its budget (headless Chromium,
-through the real Airflow API server; skipped without Chromium like the page's other
-browser test). ``LLMR_SCREENSHOT_BUDGET=<file>`` saves a screenshot there
+"""The quota page shows a priced model's spend against its budget, and edits the
+router-wide budget and a model's prices (headless Chromium, through the real Airflow API
+server; skipped without Chromium like the page's other browser test).
+``LLMR_SCREENSHOT_BUDGET=<file>`` saves a screenshot of the spend bar there
 (``docs/img/budget_spend.png`` is made so)."""
 
 from __future__ import annotations
@@ -8,11 +9,19 @@ from __future__ import annotations
 import os
 
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from airflow_llm_router.engine.types import Admission
 from tests.integration.plugins.conftest import QuotaUiStack, api
-from tests.integration.plugins.test_quota_page_browser import browser, log_in, wait  # noqa: F401
+from tests.integration.plugins.test_quota_page_browser import (  # noqa: F401
+    browser,
+    edit,
+    log_in,
+    row,
+    text_of,
+    wait,
+)
 
 #: 1,000 micro-dollars per token either way: 1,000 tokens cost $1
 PRICED = {"rpm": 60, "tpm": 90_000, "max_concurrency": 8,
@@ -45,3 +54,55 @@ def test_the_spend_bar(ui: QuotaUiStack, tokens: dict[str, str],
     shot = os.environ.get("LLMR_SCREENSHOT_BUDGET")
     if shot:
         browser.find_element(By.CSS_SELECTOR, "tr[data-model=priced]").screenshot(shot)
+
+
+def test_edit_the_total_budget_and_a_price(ui: QuotaUiStack, tokens: dict[str, str],
+                                           browser: WebDriver) -> None:  # noqa: F811
+    admin = tokens["admin"]
+    assert api(ui, admin, "PUT", "/api/quotas/priced", json=PRICED).status_code == 201
+    with ui.router() as router:
+        done = router.admit(1000, estimated_output_tokens=500, models=["priced"])
+        assert isinstance(done, Admission)
+        router.complete(done.lease_id, 400, 350)  # $0.75 settled
+    log_in(browser, ui, "admin")
+    browser.get(ui.url + "/ui")
+    form = wait(browser, "the budget form", lambda d: d.find_elements(By.ID, "budget-form"))[0]
+    total = browser.find_element(By.CSS_SELECTOR, "[data-total-spend]")
+    wait(browser, "the total spend", lambda d: "$0.75" in total.text)
+    assert "(no budget)" in total.text
+    budget = form.find_element(By.NAME, "budget_micro_usd")
+    period = form.find_element(By.NAME, "budget_period_s")
+    wait(browser, "the budget editable for an admin", lambda d: budget.is_enabled())
+    budget.send_keys("-5")
+    form.find_element(By.CSS_SELECTOR, "button.save").click()
+    error = form.find_element(By.CSS_SELECTOR, ".field-error[data-field=budget_micro_usd]")
+    wait(browser, "the refused budget's message", lambda d: "greater than or equal" in error.text)
+    assert api(ui, admin, "GET", "/api/budget").json()["budget"] is None
+    budget.clear()
+    budget.send_keys("3000000")
+    period.clear()
+    period.send_keys("86400")  # the day the spend was counted in (a new period starts at 0)
+    form.find_element(By.CSS_SELECTOR, "button.save").click()
+    wait(browser, "the saved budget", lambda d: "Saved" in d.find_element(
+        By.ID, "budget-message").text)
+    assert api(ui, admin, "GET", "/api/budget").json()["budget"] == {
+        "budget_micro_usd": 3_000_000, "budget_period_s": 86400.0}
+    wait(browser, "the total spend against the budget", lambda d: "$3.00" in total.text)
+    assert total.text.split()[-3:] == ["$0.75", "/", "$3.00"], total.text
+    assert total.find_element(By.CSS_SELECTOR, ".fill").get_attribute("style") == "width: 25%;"
+    # a model's price and budget are edited in its row like any quota field
+    price = row(browser, "priced").find_element(
+        By.CSS_SELECTOR, "input[name=input_micro_usd_per_mtok]")
+    assert price.get_attribute("value") == str(10**9)
+    edit(browser, "priced", "input_micro_usd_per_mtok", "2000000")
+    wait(browser, "the saved price", lambda d: "Saved" in text_of(d, "priced", ".row-message"))
+    quota = api(ui, admin, "GET", "/api/quotas/priced").json()["quota"]
+    assert quota["input_micro_usd_per_mtok"] == 2_000_000
+    assert quota["output_micro_usd_per_mtok"] == 10**9  # the others kept
+    box = row(browser, "priced").find_element(By.CSS_SELECTOR, "input[name=budget_micro_usd]")
+    box.clear()  # empty: no budget of its own; Enter saves the row
+    box.send_keys(Keys.ENTER)
+    wait(browser, "the removed budget", lambda d: api(
+        ui, admin, "GET", "/api/quotas/priced").json()["quota"]["budget_micro_usd"] is None)
+    audit = api(ui, admin, "GET", "/api/audit").json()
+    assert {(e["model"], e["action"]) for e in audit} >= {("*", "create"), ("priced", "patch")}

@@ -11,6 +11,16 @@ const FIELDS = [
   { name: "tpm", kind: "int", min: 1 },
   { name: "max_concurrency", kind: "int", min: 1 },
   { name: "weight", kind: "float", min: 0, step: "any" },
+  // prices and budget (docs/budgets.md), in one cell: whole micro-dollars, empty is null
+  // (unpriced, no budget); the API checks them as for every quota field
+  { name: "input_micro_usd_per_mtok", kind: "int", min: 0, nullable: true, group: "money",
+    label: "input", title: "micro-dollars per million input tokens ($0.15 per 1M = 150000)" },
+  { name: "output_micro_usd_per_mtok", kind: "int", min: 0, nullable: true, group: "money",
+    label: "output", title: "micro-dollars per million output tokens" },
+  { name: "budget_micro_usd", kind: "int", min: 0, nullable: true, group: "money",
+    label: "budget", title: "micro-dollars per budget period ($25 = 25000000); empty: none" },
+  { name: "budget_period_s", kind: "float", min: 0.01, step: "any", group: "money",
+    label: "period s", title: "the budget period in seconds (86400: a UTC day)" },
 ];
 const rows = new Map(); // model -> {tr, inputs, errors, bars, message, quota}
 const PAGE_SIZE = 50; // rows of the quota table shown at once (filter to find the others)
@@ -81,7 +91,7 @@ function showSpend(b, spend) {
 function readInput(field, input) {
   if (field.kind === "bool") return input.checked;
   const text = input.value.trim();
-  if (text === "") return text; // the API names the field and the rule
+  if (text === "") return field.nullable ? null : text; // else the API names the rule
   const value = Number(text);
   return Number.isNaN(value) ? text : value;
 }
@@ -102,7 +112,7 @@ function refreshDirty(row) {
 
 function createRow(model) {
   const inputs = {}, errors = {};
-  const cells = FIELDS.map((f) => {
+  const fieldNodes = (f) => {
     const input = f.kind === "bool"
       ? el("input", { type: "checkbox", name: f.name, "aria-label": `${model} ${f.name}` })
       : el("input", { type: "number", name: f.name, min: String(f.min), step: f.step || "1",
@@ -110,8 +120,11 @@ function createRow(model) {
     const error = el("div", { class: "field-error", "data-field": f.name });
     inputs[f.name] = input;
     errors[f.name] = error;
-    return el("td", {}, input, error);
-  });
+    return [input, error];
+  };
+  const cells = FIELDS.filter((f) => !f.group).map((f) => el("td", {}, ...fieldNodes(f)));
+  cells.push(el("td", { class: "money" }, ...FIELDS.filter((f) => f.group).map((f) =>
+    el("label", { class: "money-field", title: f.title }, f.label, ...fieldNodes(f)))));
   const bars = { rpm: bar("requests"), tpm: bar("tokens"), conc: bar("in flight"),
                  spend: bar("spend") };
   bars.spend.node.dataset.spend = "1";
@@ -141,7 +154,7 @@ function renderRow(view) {
   if (!dirty) { // never overwrite what someone is typing
     for (const f of FIELDS) {
       if (f.kind === "bool") row.inputs[f.name].checked = view.quota[f.name];
-      else row.inputs[f.name].value = view.quota[f.name];
+      else row.inputs[f.name].value = view.quota[f.name] ?? "";
     }
   }
   refreshDirty(row);
@@ -311,6 +324,11 @@ async function saveRow(model) {
   refreshDirty(row);
 }
 
+// The audit log names the router-wide budget's changes "*" (no model can have that name).
+function auditSubject(entry) {
+  return entry.model === "*" ? "router-wide budget" : entry.model;
+}
+
 function describeChange(entry) {
   if (!entry.old) return "created";
   if (!entry.new) return "deleted";
@@ -329,7 +347,7 @@ async function loadAudit() {
   const tbody = document.querySelector("#audit tbody");
   tbody.replaceChildren(...body.map((e) => el("tr", { "data-audit-id": String(e.id) },
     el("td", {}, new Date(e.at).toLocaleString()), el("td", {}, e.actor),
-    el("td", {}, e.action), el("td", {}, e.model),
+    el("td", {}, e.action), el("td", {}, auditSubject(e)),
     el("td", { class: "change" }, describeChange(e)), el("td", {}, e.source))));
 }
 
