@@ -2,11 +2,13 @@
 router-wide budget and a model's prices (headless Chromium, through the real Airflow API
 server; skipped without Chromium like the page's other browser test).
 ``LLMR_SCREENSHOT_BUDGET=<file>`` saves a screenshot of the spend bar there
-(``docs/img/budget_spend.png`` is made so)."""
+(``docs/img/budget_spend.png`` is made so), ``LLMR_SCREENSHOT_DIR=docs/img`` the Spend budget
+section as ``budget_total.png``."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -19,6 +21,7 @@ from tests.integration.plugins.test_quota_page_browser import (  # noqa: F401
     edit,
     log_in,
     row,
+    screenshot_path,
     text_of,
     wait,
 )
@@ -57,7 +60,8 @@ def test_the_spend_bar(ui: QuotaUiStack, tokens: dict[str, str],
 
 
 def test_edit_the_total_budget_and_a_price(ui: QuotaUiStack, tokens: dict[str, str],
-                                           browser: WebDriver) -> None:  # noqa: F811
+                                           browser: WebDriver,  # noqa: F811
+                                           tmp_path: Path) -> None:
     admin = tokens["admin"]
     assert api(ui, admin, "PUT", "/api/quotas/priced", json=PRICED).status_code == 201
     with ui.router() as router:
@@ -90,6 +94,8 @@ def test_edit_the_total_budget_and_a_price(ui: QuotaUiStack, tokens: dict[str, s
     wait(browser, "the total spend against the budget", lambda d: "$3.00" in total.text)
     assert total.text.split()[-3:] == ["$0.75", "/", "$3.00"], total.text
     assert total.find_element(By.CSS_SELECTOR, ".fill").get_attribute("style") == "width: 25%;"
+    browser.find_element(By.ID, "budget").screenshot(
+        str(screenshot_path(tmp_path, "budget_total.png")))  # docs/budgets.md shows it
     # a model's price and budget are edited in its row like any quota field
     price = row(browser, "priced").find_element(
         By.CSS_SELECTOR, "input[name=input_micro_usd_per_mtok]")
