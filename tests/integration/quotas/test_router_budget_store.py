@@ -16,6 +16,7 @@ from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
 from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.quotas.quota_store import ROUTER_BUDGET_AUDIT_NAME
+from tests.integration.redis_server import private_redis
 
 PRICED = {"rpm": 100, "tpm": 10**6, "max_concurrency": 10,
           "input_micro_usd_per_mtok": 2_000_000, "output_micro_usd_per_mtok": 8_000_000}
@@ -99,3 +100,29 @@ def test_a_store_not_migrated_for_the_budget_still_restores_its_quotas(
         conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(pg_schema, "quotas_budget")))
     stored = quota_store.durable()
     assert set(stored.quotas) == {"m"} and stored.budget is None
+
+
+def test_a_flushall_then_a_read_brings_the_budget_back(pg_dsn: str, pg_schema: str,
+                                                       namespace: str) -> None:
+    """The whole Redis flushed (a private redis-server: the shared one is never flushed);
+    a reader of the stats restores quotas and budget before it reads."""
+    with private_redis() as server:
+        settings = RouterSettings(namespace=namespace, recovery_share=1.0)
+        writer = RouterClient.from_url(server.url, settings)
+        reader = None
+        try:
+            store = QuotaStore(pg_dsn, writer, schema=pg_schema)
+            store.migrate()
+            store.put("m", PRICED, actor="a")
+            store.set_budget(BUDGET, actor="a")
+            assert writer.redis.flushall()
+            assert writer.budget() is None and writer.get_quotas() == {}
+            reader = RouterClient.from_url(server.url, settings, quota_source=store.durable)
+            total = reader.stats().total_spend
+            assert total is not None and total.budget_micro_usd == BUDGET["budget_micro_usd"]
+            assert writer.budget() == RouterBudget(**BUDGET)
+            assert set(writer.get_quotas()) == {"m"}
+        finally:
+            writer.close()
+            if reader is not None:
+                reader.close()
