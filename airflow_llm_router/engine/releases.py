@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterPubSub
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 __all__ = ["RELEASE_HELPS", "ReleaseListener"]
@@ -34,9 +37,13 @@ class ReleaseListener:
     of a busy router do not wake it for nothing.
     """
 
-    def __init__(self, client: aioredis.Redis, channel: str) -> None:
+    def __init__(self, client: aioredis.Redis, channel: str,
+                 sharded: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """:param sharded: asks the server whether the scripts publish sharded (SPUBLISH,
+            Redis 7+), asked again at each (re)subscription; None: plain pub/sub."""
         self._client = client
         self._channel = channel
+        self._sharded = sharded
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None
         self._changed: asyncio.Condition | None = None
@@ -69,11 +76,15 @@ class ReleaseListener:
         while True:
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self._channel)
+                sharded = self._sharded is not None and await self._sharded()
+                if sharded:
+                    await pubsub.ssubscribe(self._channel)
+                else:
+                    await pubsub.subscribe(self._channel)
                 self._ready.set()
                 pause = 0.05
-                async for message in pubsub.listen():
-                    if message.get("type") != "message":
+                async for message in _messages(pubsub, sharded):
+                    if message.get("type") not in ("message", "smessage"):
                         continue
                     async with self._changed:
                         self.generation += 1
@@ -126,3 +137,17 @@ class ReleaseListener:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
         self._task = None
+
+
+async def _messages(pubsub: Any, sharded: bool) -> AsyncIterator[dict[str, Any]]:
+    """The subscription's messages: a cluster client reads sharded ones per node
+    (``get_sharded_message``), every other subscription through ``listen``."""
+    if not (sharded and isinstance(pubsub, ClusterPubSub)):
+        async for message in pubsub.listen():
+            yield message
+        return
+    while True:
+        message = await pubsub.get_sharded_message(ignore_subscribe_messages=True,
+                                                   timeout=1.0)
+        if message is not None:
+            yield message

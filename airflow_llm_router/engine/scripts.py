@@ -28,6 +28,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "cancel": ("prelude",),
     "set_budget": ("prelude",),
     "history": ("prelude", "history"),
+    "pubsub_mode": ("prelude",),
 }
 OPERATIONS = tuple(_LIBRARIES)
 

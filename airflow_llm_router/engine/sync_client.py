@@ -6,6 +6,7 @@ import time
 from typing import Any, TypeVar
 
 import redis
+from redis.cluster import ClusterPubSub
 
 from airflow_llm_router.engine.api import RouterAPI, SyncDriver, single_decision
 from airflow_llm_router.engine.connect import sync_redis, target_from_url
@@ -71,7 +72,15 @@ class RouterClient(RouterAPI, SyncDriver):
         """
         deadline = time.monotonic() + timeout_s
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(self.core.keys.released_channel)
+        sharded = bool(self._scripts["pubsub_mode"](keys=[self.core.keys.prefix],
+                                                    args=[self.core.settings_arg]))
+        if sharded:
+            pubsub.ssubscribe(self.core.keys.released_channel)
+        else:
+            pubsub.subscribe(self.core.keys.released_channel)
+        # a cluster client reads sharded messages per node
+        read = (pubsub.get_sharded_message if sharded and isinstance(pubsub, ClusterPubSub)
+                else pubsub.get_message)
         try:
             while True:
                 decision = single_decision(self.admit_many([request])[0])
@@ -81,7 +90,7 @@ class RouterClient(RouterAPI, SyncDriver):
                 if left <= 0:
                     self.cancel([request.request_id])
                     return None
-                pubsub.get_message(timeout=min(left, decision.retry_after_ms / 1000))
+                read(timeout=min(left, decision.retry_after_ms / 1000))
         finally:
             pubsub.close()
 

@@ -127,5 +127,5 @@ if #NEW_LEASES > 0 then
   redis.call('HSET', K_REQUESTS, unpack(NEW_RIDS))
 end
 fair_save()
-if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end
+if RELEASED then notify('*') end
 return out

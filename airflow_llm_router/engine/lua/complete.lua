@@ -210,5 +210,5 @@ if #released > 0 then
   end
   if #stale > 0 then redis.call('HDEL', K_REQUESTS, unpack(stale)) end
 end
-if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end
+if RELEASED then notify('*') end
 return out

@@ -15,5 +15,5 @@ local keep = q.win + guard_longest(q)
 redis.call('PEXPIRE', K_WIN(m), int(keep))
 redis.call('PEXPIRE', K_WTOK(m), int(keep))
 redis.call('PEXPIRE', K_LIVE(m), int(LEASE_TTL + q.win))
-redis.call('PUBLISH', CHANNEL, 'quota:' .. m)
+notify('quota:' .. m)
 return 1

@@ -8,5 +8,5 @@ else
   local b = cjson.decode(ARGV[2])
   redis.call('HSET', K_SPEND, '*|b', int(b.b), '*|per', int(b.per))
 end
-redis.call('PUBLISH', CHANNEL, 'budget')
+notify('budget')
 return 1

@@ -13,5 +13,5 @@ local created = redis.call('HSET', K_QUOTAS, m, ARGV[3])
 redis.call('PERSIST', K_WIN(m))
 redis.call('PERSIST', K_WTOK(m))
 redis.call('PERSIST', K_LIVE(m))
-redis.call('PUBLISH', CHANNEL, 'quota:' .. m)
+notify('quota:' .. m)
 return created

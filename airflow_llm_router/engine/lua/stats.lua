@@ -40,6 +40,6 @@ for _, m in ipairs(names) do
 end
 local total = budget_total_view()
 budget_flush()
-if RELEASED then redis.call('PUBLISH', CHANNEL, '*') end
+if RELEASED then notify('*') end
 return cjson.encode({now = NOW, waiting = redis.call('ZCARD', K_WAITERS), models = out,
                      total = total})

@@ -22,6 +22,13 @@ do
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local RELEASED = false
+-- Sharded pub/sub where the server has it (Redis 7+): an event then goes to the shard
+-- that holds the namespace only, not to every node of a cluster. The clients ask
+-- pubsub_mode.lua which kind to listen on, so both sides read this one line.
+local SHARDED = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
+local function notify(message)
+  redis.call(SHARDED and 'SPUBLISH' or 'PUBLISH', CHANNEL, message)
+end
 
 local function split_model(lease_id)
   return string.match(lease_id, '^(.*)#%d+$')
