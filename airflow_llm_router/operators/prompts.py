@@ -27,6 +27,8 @@ class SolvePromptsOperator(SolvingOperator[SolveSettings]):
     :param models: allowed models (None: any), tried in order if ``ordered_models``.
     :param ordered_models: prefer the models in the order given.
     :param priority: ``"hot"`` (ahead of bulk work) or ``"bulk"``.
+    :param on_budget: when a model is over its spend budget, ``"overflow"`` to the next of
+        ``models`` or ``"wait"`` for the budget (docs/budgets.md).
     :param settings: a :class:`~airflow_llm_router.solver.settings.SolveSettings`, or a
         dict of its fields (templates allowed).
     :param router_conn_id: the ``llm_router`` connection.
@@ -35,12 +37,12 @@ class SolvePromptsOperator(SolvingOperator[SolveSettings]):
     """
 
     settings_class = SolveSettings
-    template_fields = ("prompt", "prompts", "models", "priority", "settings")
+    template_fields = ("prompt", "prompts", "models", "priority", "on_budget", "settings")
     ui_color = "#e8f0fe"
 
     def __init__(self, *, prompt: str | None = None, prompts: list[str] | None = None,
                  models: list[str] | None = None, ordered_models: bool = True,
-                 priority: str = "bulk", **kwargs: Any) -> None:
+                 priority: str = "bulk", on_budget: str = "overflow", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if (prompt is None) == (prompts is None):
             raise ValueError("prompt, prompts: give exactly one of them (to drain the task "
@@ -50,6 +52,7 @@ class SolvePromptsOperator(SolvingOperator[SolveSettings]):
         self.models = models
         self.ordered_models = ordered_models
         self.priority = priority
+        self.on_budget = on_budget
 
     def execute(self, context: Context) -> Any:
         prompts = [self.prompt] if self.prompt is not None else list(self.prompts or [])
@@ -57,13 +60,16 @@ class SolvePromptsOperator(SolvingOperator[SolveSettings]):
             raise ValueError("prompts: give non-empty strings")
         if self.priority not in ("hot", "bulk"):
             raise ValueError(f"priority: {self.priority!r} must be 'hot' or 'bulk'")
+        if self.on_budget not in ("overflow", "wait"):
+            raise ValueError(f"on_budget: {self.on_budget!r} must be 'overflow' or 'wait'")
         settings = self.parsed_settings()
         ti = context["ti"]
         base = f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}"
         items = [
             SolveItem(key=str(i), prompt=p, request_id=f"{base}:{i}",
                       models=tuple(self.models) if self.models else None,
-                      ordered=self.ordered_models, priority=self.priority)
+                      ordered=self.ordered_models, priority=self.priority,
+                      on_budget=self.on_budget)
             for i, p in enumerate(prompts)
         ]
         trigger = SolveTrigger(items=[i.to_dict() for i in items],

@@ -52,3 +52,16 @@ def test_bad_priority_is_refused_before_any_call() -> None:
     op = SolvePromptsOperator(task_id="t", prompt="a", priority="urgent")
     with pytest.raises(ValueError, match="priority: 'urgent' must be 'hot' or 'bulk'"):
         op.execute(context())
+
+
+def test_on_budget_reaches_every_item_and_a_bad_one_is_refused() -> None:
+    op = SolvePromptsOperator(task_id="t", prompts=["a", "b"], models=["m3", "m2"],
+                              on_budget="wait")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SolveTrigger)
+    assert [item["on_budget"] for item in trigger.items] == ["wait", "wait"]
+    bad = SolvePromptsOperator(task_id="t", prompt="a", on_budget="later")
+    with pytest.raises(ValueError, match="on_budget: 'later' must be 'overflow' or 'wait'"):
+        bad.execute(context())
