@@ -3,6 +3,7 @@
     python -m airflow_llm_router.quotas load quotas.yaml [--prune] [--conn-id ...]
     python -m airflow_llm_router.quotas migrate
     python -m airflow_llm_router.quotas list
+    python -m airflow_llm_router.quotas budget [--set MICRO_USD [--period-s S] | --clear]
 
 Connections and tables default to the ``[llm_router]`` Airflow config (see
 :class:`~airflow_llm_router.quotas.config.QuotaConfig`). Exit status 2 for invalid input
@@ -22,6 +23,7 @@ from typing import NoReturn
 
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.exceptions import QuotaStoreError, QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas.config import QuotaConfig
@@ -58,7 +60,40 @@ def _parser(config: QuotaConfig | None = None) -> argparse.ArgumentParser:
                       help="name recorded in the audit log (default: %(default)s)")
     commands.add_parser("migrate", help="create or upgrade the quota tables")
     commands.add_parser("list", help="print the stored quotas as JSON")
+    budget = commands.add_parser(
+        "budget", help="print the router-wide spend budget as JSON, or set or remove it")
+    change = budget.add_mutually_exclusive_group()
+    change.add_argument("--set", type=int, metavar="MICRO_USD", dest="budget_micro_usd",
+                        help="what every priced model may spend together per period, "
+                        "in micro-dollars ($1 = 1000000)")
+    change.add_argument("--clear", action="store_true", help="remove the budget")
+    budget.add_argument("--period-s", type=float, dest="budget_period_s",
+                        help="with --set: the period in seconds, aligned to multiples of it "
+                        "since the Unix epoch (default: 86400, a UTC day)")
+    budget.add_argument("--actor", default=f"cli:{getpass.getuser()}",
+                        help="name recorded in the audit log (default: %(default)s)")
     return parser
+
+
+def _budget(args: argparse.Namespace, config: QuotaConfig) -> None:
+    """Show the stored budget, or set or remove it (stored, audited, pushed to Redis)."""
+    if args.budget_period_s is not None and args.budget_micro_usd is None:
+        raise QuotaValidationError("--period-s: only with --set (give the budget too)")
+    if args.budget_micro_usd is None and not args.clear:
+        record = config.open_store(None).budget_record()
+        print(json.dumps(None if record is None else {
+            **record.budget.model_dump(), "updated_at": record.updated_at.isoformat(),
+            "updated_by": record.updated_by}, indent=2))
+        return
+    new = None if args.clear else RouterBudget.parse(
+        {k: v for k, v in vars(args).items()
+         if k in ("budget_micro_usd", "budget_period_s") and v is not None})
+    router = RouterHook(config.router_conn_id).client
+    store = config.open_store(router)
+    store.migrate()
+    change = store.set_budget(new, actor=args.actor, source="cli")
+    print(f"{change.action:8} router-wide budget: "
+          f"{'none' if change.new is None else change.new.model_dump()}")
 
 
 def _config(args: argparse.Namespace, config: QuotaConfig) -> QuotaConfig:
@@ -81,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for change in changes:
                 print(f"{change.action:8} {change.model}")
             print(f"{len(changes)} change(s); {len(quotas)} model(s) in {args.file}")
+        elif args.command == "budget":
+            _budget(args, config)
         elif args.command == "migrate":
             print(f"quota tables at version {config.open_store(None).migrate()}")
         else:

@@ -195,3 +195,43 @@ def test_an_unreachable_database_is_one_error_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: quota store: "), err
     assert "Connection refused" in err[0] and "Is the server running" in err[0]
+
+
+def test_cli_shows_sets_and_clears_the_router_wide_budget(
+        connections: None, router: RouterClient, pg_dsn: str, pg_schema: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["migrate"]) == 0
+    capsys.readouterr()
+    assert main(["budget"]) == 0
+    assert json.loads(capsys.readouterr().out) is None
+    assert main(["budget", "--set", "2500000", "--period-s", "3600", "--actor", "ops"]) == 0
+    assert "router-wide budget" in capsys.readouterr().out
+    # stored, audited and pushed to the router's Redis at once
+    applied = router.budget()
+    assert applied is not None and applied.budget_micro_usd == 2_500_000
+    assert applied.budget_period_s == 3600
+    assert main(["budget"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["budget_micro_usd"] == 2_500_000 and shown["updated_by"] == "ops"
+    assert main(["budget", "--clear"]) == 0
+    assert router.budget() is None
+    assert QuotaStore(pg_dsn, schema=pg_schema).budget_record() is None
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (["budget", "--set", "-5"], "budget_micro_usd"),
+    (["budget", "--set", "100", "--period-s", "0"], "budget_period_s"),
+    (["budget", "--period-s", "60"], "--period-s"),
+    (["budget", "--set", "100", "--clear"], "--clear"),
+])
+def test_a_bad_budget_is_one_error_line_and_exit_2(
+        connections: None, router: RouterClient, argv: list[str], names: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # a usage mistake, caught by the parser
+        status = int(exit_.code or 0)
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and names in err[0]
+    assert router.budget() is None
