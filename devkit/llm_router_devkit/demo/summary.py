@@ -186,6 +186,22 @@ def _row(r: ModelRow) -> str:
     ])
 
 
+def _why_refused(rows: list[ModelRow]) -> list[str]:
+    """Why a token window went over, where one did: the demo's prompts carry no output cap,
+    so admission reserves a learned estimate of each answer, and an answer longer than
+    that is counted in full by the backend when it arrives (the residual risk
+    docs/engine.md states)."""
+    over = [r.model for r in rows
+            if r.rejected_429 and r.tpm is not None and r.peak_offered_tokens > r.tpm]
+    if not over:
+        return []
+    return [f"  {', '.join(over)}: answers longer than their reservation took a token "
+            "window over; these prompts carry no output cap, so admission reserves a "
+            "learned estimate (p95 + the mean excess). With max_output_tokens on the "
+            "models_backend connection it reserves the cap and tpm holds exactly "
+            "(docs/engine.md, \"What is promised\")."]
+
+
 def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
     """The closing report as plain text (no prompt text, ever)."""
     b = totals.bound
@@ -201,6 +217,7 @@ def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
         f"tasks: {totals.tasks}  solved {totals.counts.get('solved', 0)}  "
         f"dead {totals.counts.get('dead', 0)}  left unsolved {totals.left}",
         f"violations at the backend (429s): {violations}",
+        *_why_refused(rows),
         f"makespan: {totals.makespan_s:.1f} s (first call at the backend -> last answer "
         "written in the store)",
         f"DAG run wall time: {totals.dag_run_s:.1f} s (includes Airflow's start-up)",

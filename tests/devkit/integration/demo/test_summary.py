@@ -93,3 +93,13 @@ def test_report_judges_the_run_against_the_yardstick() -> None:
     assert "BUG" not in text
     too_fast = replace(totals, makespan_s=15.0)  # faster than a lower bound: a bug in it
     assert "BUG: this run beat the LP lower bound" in format_report(rows, too_fast, 0)
+
+
+def test_report_says_why_a_token_window_went_over() -> None:
+    """A 429 on tokens in a run without an output cap is explained, not left bare."""
+    row = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 20.0)[0]
+    assert "took a token window over" not in format_report([row], _totals({"solved": 1}), 0)
+    over = replace(row, rejected_429=1, peak_offered_tokens=(row.tpm or 0) + 46)
+    text = format_report([over], _totals({"solved": 1}), violations=1)
+    assert "m: answers longer than their reservation took a token window over" in text
+    assert "max_output_tokens" in text
