@@ -40,6 +40,19 @@ function addField(container, name, label, input) {
     el("span", { class: "label" }, label), input, error));
 }
 
+// What a person reads beside each field (the schema's own titles are its names,
+// capitalized); the field's API name stays its input's name and tooltip, as errors name it.
+const LABELS = {
+  rpm: "requests per window", tpm: "tokens per window",
+  max_concurrency: "calls in flight", weight: "weight (fair share)", enabled: "enabled",
+  window_s: "window (s)", input_tpm: "input tokens per window",
+  output_tpm: "output tokens per window", expected_output_tokens: "expected output tokens",
+  expected_latency_s: "expected latency (s)",
+  input_micro_usd_per_mtok: "input price (\u00b5$ per 1M tokens)",
+  output_micro_usd_per_mtok: "output price (\u00b5$ per 1M tokens)",
+  budget_micro_usd: "budget (\u00b5$ per period)", budget_period_s: "budget period (s)",
+};
+
 async function buildAddForm() {
   const schema = await quotaSchema();
   const container = document.querySelector("#add-model .add-fields");
@@ -49,10 +62,10 @@ async function buildAddForm() {
   addForm.fields = [];
   for (const [name, prop] of Object.entries(schema.properties)) {
     const kind = fieldKind(prop);
-    const label = name.replace(/_/g, " ") + (required.has(name) ? " *" : "");
+    const label = (LABELS[name] || name.replace(/_/g, " ")) + (required.has(name) ? " *" : "");
     const input = kind === "bool"
-      ? el("input", { type: "checkbox", name, checked: prop.default !== false })
-      : el("input", { type: "number", name, step: kind === "int" ? "1" : "any",
+      ? el("input", { type: "checkbox", name, title: name, checked: prop.default !== false })
+      : el("input", { type: "number", name, title: name, step: kind === "int" ? "1" : "any",
                       placeholder: prop.default == null ? "" : `default ${prop.default}` });
     addField(container, name, label, input);
     addForm.fields.push({ name, kind });
