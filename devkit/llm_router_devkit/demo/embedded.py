@@ -34,13 +34,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(check, timeout_s: float, what: str,  # type: ignore[no-untyped-def]
+          done: str = "start") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
             return
         time.sleep(0.05)
-    raise TimeoutError(f"{what} did not start within {timeout_s:.0f} s")
+    raise TimeoutError(f"{what} did not {done} within {timeout_s:.0f} s")
+
+
+def _accepts(host: str, port: int) -> bool:
+    """Whether something accepts connections on ``host:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
 
 
 class _Service:
@@ -218,3 +226,8 @@ class EmbeddedPostgres(_Service):
         with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
             ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self._user,
                       timeout=30)
+        # A Ctrl-C reaches the server too (the terminal signals the whole group): it may be
+        # shutting down on its own, and pg_ctl then returns (or fails) before it has let go
+        # of its port. Stopped means the port is closed.
+        _wait(lambda: not _accepts(self.host, self.port), 30, "the embedded PostgreSQL",
+              done="stop")
