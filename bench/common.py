@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from llm_router_devkit import redis_tools
 
@@ -18,6 +19,7 @@ __all__ = [
     "BENCHMARKS_MD",
     "DEFAULT_DSN",
     "add_run_options",
+    "drain_once",
     "drop_namespace",
     "drop_schema",
     "guarded",
@@ -109,3 +111,18 @@ def guarded(body: Callable[[], int]) -> int:
     except Exception as err:
         print(f"error: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
         return 2
+
+
+async def drain_once(schema: str, worker_id: str, *, timeout_s: float,
+                     **settings: Any) -> dict[str, Any]:
+    """Run one ``DrainTrigger`` over ``<schema>.tasks`` through the default connections (a
+    benchmark sets them in the environment) until it ends; its final event's payload.
+    ``settings`` are the drain's (``DrainSettings``), with a 50 ms back-off unless given."""
+    from airflow_llm_router.triggers.solve import DrainTrigger
+
+    trigger = DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
+        worker_id=worker_id, settings={"backoff_s": 0.05, **settings},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + timeout_s)
+    return dict((await anext(trigger.run())).payload)

@@ -50,8 +50,7 @@ import httpx
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
-from bench.common import BENCHMARKS_MD, add_run_options, drop_schema, guarded, publish
+from bench.common import BENCHMARKS_MD, add_run_options, drain_once, drop_schema, guarded, publish
 from llm_router_devkit.api_server import api_env, standalone_api
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
@@ -188,14 +187,8 @@ async def _callers(api_url: str, token: str, sim_url: str, clients: int, calls: 
 
 
 async def _drain(schema: str, run_id: str) -> dict[str, Any]:
-    trigger = DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
-        worker_id=f"http-bench-{run_id}",
-        settings={"claim_ttl_s": 60, "claim_batch": 200, "max_in_flight": 200,
-                  "backoff_s": 0.05},
-        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + 900)
-    return dict((await anext(trigger.run())).payload)
+    return await drain_once(schema, f"http-bench-{run_id}", timeout_s=900, claim_ttl_s=60,
+                            claim_batch=200, max_in_flight=200)
 
 
 def _percentile(values: list[float], q: float) -> float:

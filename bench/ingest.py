@@ -61,8 +61,7 @@ from starlette.routing import Route
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
-from bench.common import BENCHMARKS_MD, add_run_options, publish
+from bench.common import BENCHMARKS_MD, add_run_options, drain_once, drop_schema, publish
 from llm_router_devkit.api_server import api_env, standalone_api
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
@@ -333,7 +332,7 @@ def run(opts: argparse.Namespace, in_flight: int) -> dict[str, Any]:
         sim = stack.enter_context(SimulatorProcess(prof))
         recorder = stack.enter_context(Recorder(sim.url))
         store = TaskStore(opts.postgres_dsn, schema=schema)
-        stack.callback(_drop_schema, opts.postgres_dsn, schema)
+        stack.callback(drop_schema, opts.postgres_dsn, schema)
         stack.callback(store.close)
         store.migrate()
         conns: dict[str, dict[str, object] | str] = {
@@ -387,19 +386,9 @@ def run(opts: argparse.Namespace, in_flight: int) -> dict[str, Any]:
 
 
 async def _drain(schema: str, in_flight: int) -> dict[str, Any]:
-    trigger = DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
-        worker_id=f"ingest-{schema}",
-        settings={"claim_ttl_s": 30, "claim_batch": 50, "max_in_flight": in_flight,
-                  "linger_s": 3600, "flush_every_s": FLUSH_S, "backoff_s": 0.05},
-        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + 1800)
-    return dict((await anext(trigger.run())).payload)
-
-
-def _drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    return await drain_once(schema, f"ingest-{schema}", timeout_s=1800, claim_ttl_s=30,
+                            claim_batch=50, max_in_flight=in_flight, linger_s=3600,
+                            flush_every_s=FLUSH_S)
 
 
 def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:

@@ -38,15 +38,12 @@ from contextlib import ExitStack, suppress
 from typing import Any
 
 import httpx
-import psycopg
-from psycopg import sql
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
-from bench.common import BENCHMARKS_MD, add_run_options, publish
+from bench.common import BENCHMARKS_MD, add_run_options, drain_once, drop_schema, publish
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
@@ -86,14 +83,8 @@ async def _sample_in_flight(router: RouterClient, into: list[int], stop: asyncio
 
 
 async def _drain(schema: str, prompts: int) -> dict[str, Any]:
-    trigger = DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
-        worker_id=f"kinds-{schema}",
-        settings={"claim_ttl_s": 30, "claim_batch": 200, "max_in_flight": 200,
-                  "backoff_s": 0.05},
-        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + 600)
-    return dict((await anext(trigger.run())).payload)
+    return await drain_once(schema, f"kinds-{schema}", timeout_s=600, claim_ttl_s=30,
+                            claim_batch=200, max_in_flight=200)
 
 
 def run_mode(opts: argparse.Namespace, mode: str) -> dict[str, Any]:
@@ -107,7 +98,7 @@ def run_mode(opts: argparse.Namespace, mode: str) -> dict[str, Any]:
         stack.callback(redis_server.close)
         sim = stack.enter_context(SimulatorProcess(prof))
         store = TaskStore(opts.postgres_dsn, schema=schema)
-        stack.callback(_drop_schema, opts.postgres_dsn, schema)
+        stack.callback(drop_schema, opts.postgres_dsn, schema)
         stack.callback(store.close)
         extra: dict[str, Any] = {"timeout_s": 60}
         if mode == "worst_case":
@@ -162,11 +153,6 @@ def run_mode(opts: argparse.Namespace, mode: str) -> dict[str, Any]:
         "estimates": {"model": stats.output_estimate,
                       **{k: v.output_estimate for k, v in stats.kinds.items()}},
     }
-
-
-def _drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def report(opts: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
