@@ -1,0 +1,128 @@
+"""Check what callers send the router and encode it as the Lua scripts read it.
+
+Kept apart from :mod:`~airflow_llm_router.engine.core` (the policy) because it is plain
+validation with no state: the solver's admitter calls :func:`encode_request` on its own to
+fail one bad request alone, before it is queued.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_llm_router.engine.quota import validate_model_name
+from airflow_llm_router.engine.types import AdmitRequest, Outcome
+from airflow_llm_router.names import kind_problem
+
+__all__ = ["Completion", "encode_completion", "encode_request"]
+
+_OUTCOMES = ("ok", "rate_limited", "error")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The end of one call: actual usage and how it went.
+
+    :param input_tokens: actual input tokens, or ``None`` to keep the estimate.
+    :param output_tokens: actual output tokens, or ``None`` to keep the estimate.
+    :param outcome: ``"ok"``, ``"rate_limited"`` (a 429) or ``"error"`` (5xx, timeout).
+    :param retry_after_s: the backend's Retry-After, for ``rate_limited``.
+    :param arrival_delay_s: when the backend said the call reached it, less when it was
+        sent (both wall clocks); widens the model's guard (docs/engine.md, "Guard").
+    :param hold_s: the backend said it has no room for this long (its rate-limit headers:
+        nothing remaining until the reset), on any outcome: the model cools down, no 429
+        needed.
+    :param announced_rpm: the backend's stated request limit per window (rate-limit
+        headers); caps the effective limit while stated. ``announced_tpm``: its tokens.
+    """
+
+    lease_id: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    outcome: Outcome = "ok"
+    retry_after_s: float | None = None
+    arrival_delay_s: float | None = None
+    hold_s: float | None = None
+    announced_rpm: int | None = None
+    announced_tpm: int | None = None
+
+
+def encode_request(r: AdmitRequest) -> list[Any]:
+    """``r`` as the admit script reads it.
+
+    :raises ValueError: naming the field of ``r`` that is invalid (a caller that queues
+        requests checks each on its own with this, so one bad request fails alone).
+    """
+    models = _encode_models(r)
+    hot = 1 if r.priority == "hot" else 0
+    ordered = 1 if r.ordered else 0
+    if not isinstance(r.request_id, str) or not r.request_id or not r.request_id.isprintable():
+        raise ValueError(f"request_id: {r.request_id!r} must be non-empty printable text "
+                         "(it is kept in the lease's record)")
+    kind: list[str | int | None] = []
+    if r.kind is not None:
+        problem = kind_problem(r.kind)
+        if problem:
+            raise ValueError(f"kind: {problem}")
+        kind = [r.kind]
+    if r.on_budget not in ("overflow", "wait"):
+        raise ValueError(f"on_budget: {r.on_budget!r} is not 'overflow' or 'wait'")
+    if r.on_budget == "wait":  # the admit script reads it after the kind (null: none)
+        kind = [r.kind, 1]
+    if r.input_tokens is not None:
+        if r.estimated_tokens is not None:
+            raise ValueError("input_tokens: give either estimated_tokens or input_tokens")
+        if not isinstance(r.input_tokens, int) or r.input_tokens < 0:
+            raise ValueError(f"input_tokens: {r.input_tokens!r} is not a whole number >= 0")
+        return [r.request_id, hot, -1, r.input_tokens, -1, ordered, models, *kind]
+    if not isinstance(r.estimated_tokens, int) or r.estimated_tokens < 1:
+        raise ValueError(
+            f"estimated_tokens: {r.estimated_tokens!r} is not a whole number >= 1 "
+            "(estimate input + output tokens of the prompt)"
+        )
+    out = r.estimated_output_tokens
+    if out is not None and (not isinstance(out, int) or not 0 <= out <= r.estimated_tokens):
+        raise ValueError(
+            f"estimated_output_tokens: {out!r} must be a whole number between 0 and "
+            "estimated_tokens, or None"
+        )
+    total = r.estimated_tokens
+    inp, outp = (total, total) if out is None else (total - out, out)
+    return [r.request_id, hot, total, inp, outp, ordered, models, *kind]
+
+
+def _encode_models(r: AdmitRequest) -> list[str] | int:
+    if r.priority not in ("bulk", "hot"):
+        raise ValueError(f"priority: {r.priority!r} is not 'bulk' or 'hot'")
+    if r.models is None:
+        return 0
+    if not r.models:
+        raise ValueError("models: an empty list allows nothing; pass None for any model")
+    return [validate_model_name(m) for m in r.models]
+
+
+def encode_completion(c: Completion) -> list[Any]:
+    if c.outcome not in _OUTCOMES:
+        raise ValueError(f"outcome: {c.outcome!r} is not one of {', '.join(_OUTCOMES)}")
+    for name, value in (("input_tokens", c.input_tokens), ("output_tokens", c.output_tokens)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
+    known = c.input_tokens is not None and c.output_tokens is not None
+    retry_ms = 0 if c.retry_after_s is None else max(0, math.ceil(c.retry_after_s * 1000))
+    item = [
+        c.lease_id,
+        c.input_tokens if known else -1,
+        c.output_tokens if known else -1,
+        c.outcome,
+        retry_ms,
+    ]
+    said = (
+        -1 if c.arrival_delay_s is None else max(0, math.ceil(c.arrival_delay_s * 1000)),
+        0 if c.hold_s is None else max(0, math.ceil(c.hold_s * 1000)),
+        -1 if c.announced_rpm is None else max(0, int(c.announced_rpm)),
+        -1 if c.announced_tpm is None else max(0, int(c.announced_tpm)),
+    )
+    if said != (-1, 0, -1, -1):
+        item.extend(said)
+    return item
