@@ -9,15 +9,11 @@ advisory lock per quota table serialises changes, so Redis sees them in commit o
 Each call opens its own short-lived connection: the store is used from the API server's
 thread pool and from the CLI, where calls are rare and must not share a connection.
 
-Longer than most modules (about 460 lines, with the router-wide budget) because every
-change is one transaction that writes the value, its audit row and the Redis copy
-together; splitting the writes from the transaction would spread that one promise over
-two files.
-
 The router-wide spend budget (``RouterBudget``) is kept the same way, in a one-row table
-beside the quotas (``<table>_budget``), audited in the same log under the name
-:data:`ROUTER_BUDGET_AUDIT_NAME` (no model can have it), and restored with the quotas
-(:meth:`QuotaStore.durable` is the restore source).
+beside the quotas, audited in the same log and restored with the quotas
+(:meth:`QuotaStore.durable` is the restore source); its rows' SQL is in
+:mod:`airflow_llm_router.quotas.router_budget`, while the transaction, lock and push to
+Redis that make the one promise above stay here.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -40,20 +36,21 @@ from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_m
 from airflow_llm_router.engine.restore import Durable
 from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError
 from airflow_llm_router.pg import ADVISORY_LOCK_CLASS, TableNames, migrate
-from airflow_llm_router.quotas.quota_schema import (
-    QUOTA_MIGRATIONS,
-    audit_table,
-    budget_table,
-    quota_table,
+from airflow_llm_router.quotas.quota_schema import QUOTA_MIGRATIONS, audit_table, quota_table
+from airflow_llm_router.quotas.router_budget import (
+    ROUTER_BUDGET_AUDIT_NAME as ROUTER_BUDGET_AUDIT_NAME,
+)
+from airflow_llm_router.quotas.router_budget import Action as Action
+from airflow_llm_router.quotas.router_budget import BudgetChange as BudgetChange
+from airflow_llm_router.quotas.router_budget import BudgetRecord as BudgetRecord
+from airflow_llm_router.quotas.router_budget import (
+    budget_if_migrated,
+    insert_audit,
+    stored_budget,
+    write_budget,
 )
 
 log = logging.getLogger(__name__)
-
-Action = Literal["create", "replace", "patch", "delete"]
-
-#: The audit log's ``model`` for changes of the router-wide budget: not a valid model name,
-#: so it never names a model's quota.
-ROUTER_BUDGET_AUDIT_NAME = "*"
 
 #: Second advisory-lock class (the first, ``ADVISORY_LOCK_CLASS``, guards migrations).
 _CHANGE_LOCK_CLASS = ADVISORY_LOCK_CLASS + 1
@@ -71,25 +68,6 @@ class QuotaRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "quota": self.quota.model_dump(),
                 "updated_at": self.updated_at.isoformat(), "updated_by": self.updated_by}
-
-
-@dataclass(frozen=True)
-class BudgetRecord:
-    """The stored router-wide budget and its last change."""
-
-    budget: RouterBudget
-    updated_at: datetime
-    updated_by: str
-
-
-@dataclass(frozen=True)
-class BudgetChange:
-    """What :meth:`QuotaStore.set_budget` changed (``audit_id`` None: already in place)."""
-
-    action: Action
-    old: RouterBudget | None
-    new: RouterBudget | None
-    audit_id: int | None
 
 
 @dataclass(frozen=True)
@@ -181,30 +159,13 @@ class QuotaStore:
         with self._transaction() as conn:
             quotas = {m: ModelQuota.model_validate(q) for m, q in conn.execute(
                 sql.SQL("SELECT model, quota FROM {}").format(quota_table(self._names)))}
-            budget = self._budget_if_migrated(conn)
+            budget = budget_if_migrated(conn, self._names)
         return Durable(quotas, None if budget is None else budget.budget)
 
     def budget_record(self) -> BudgetRecord | None:
         """The stored router-wide budget, or None if none is set."""
         with self._transaction() as conn:
-            return self._stored_budget(conn)
-
-    def _stored_budget(self, conn: psycopg.Connection[Any], lock: bool = False
-                       ) -> BudgetRecord | None:
-        row = conn.execute(
-            sql.SQL("SELECT budget, updated_at, updated_by FROM {}" + (
-                " FOR UPDATE" if lock else "")).format(budget_table(self._names))).fetchone()
-        return None if row is None else BudgetRecord(RouterBudget.model_validate(row[0]),
-                                                     row[1], row[2])
-
-    def _budget_if_migrated(self, conn: psycopg.Connection[Any]) -> BudgetRecord | None:
-        """The stored budget; None also on tables not yet migrated to hold one (restoring
-        the quotas must not fail on a store an upgrade has not migrated yet)."""
-        try:
-            with conn.transaction():  # a savepoint: the failed read leaves the rest usable
-                return self._stored_budget(conn)
-        except pg_errors.UndefinedTable:
-            return None
+            return stored_budget(conn, self._names)
 
     def records(self) -> list[QuotaRecord]:
         with self._transaction() as conn:
@@ -291,7 +252,7 @@ class QuotaStore:
             with self._transaction() as conn:
                 self._lock_changes(conn)
                 self._resync(conn, created=set())  # first what a Redis that lost it lacks
-                change = self._write_budget(conn, new, actor, source)
+                change = write_budget(conn, self._names, new, actor, source)
                 self._push_budget(change.new)
                 pushed = change
         except BaseException:
@@ -303,32 +264,6 @@ class QuotaStore:
                                   "Redis after a failed commit")
             raise
         return change
-
-    def _write_budget(self, conn: psycopg.Connection[Any], new: RouterBudget | None,
-                      actor: str, source: str) -> BudgetChange:
-        stored = self._stored_budget(conn, lock=True)
-        old = None if stored is None else stored.budget
-        action: Action = ("delete" if new is None else "create" if old is None
-                          else "replace")
-        if new == old:
-            return BudgetChange(action, old, new, None)
-        table = budget_table(self._names)
-        if new is None:
-            conn.execute(sql.SQL("DELETE FROM {}").format(table))
-        else:
-            conn.execute(
-                sql.SQL("INSERT INTO {} (budget, updated_at, updated_by) VALUES (%s, now(), %s) "
-                        "ON CONFLICT (singleton) DO UPDATE SET budget = EXCLUDED.budget, "
-                        "updated_at = now(), updated_by = EXCLUDED.updated_by").format(table),
-                (Jsonb(new.model_dump()), actor))
-        audit_row = conn.execute(
-            sql.SQL("INSERT INTO {} (actor, action, source, model, old, new) "
-                    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id")
-            .format(audit_table(self._names)),
-            (actor, action, source, ROUTER_BUDGET_AUDIT_NAME, _json(old), _json(new))
-        ).fetchone()
-        assert audit_row is not None
-        return BudgetChange(action, old, new, int(audit_row[0]))
 
     def _lock_changes(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
@@ -383,13 +318,8 @@ class QuotaStore:
                         "quota = EXCLUDED.quota, updated_at = now(), "
                         "updated_by = EXCLUDED.updated_by").format(table),
                 (model, Jsonb(value.model_dump()), actor))
-        audit_row = conn.execute(
-            sql.SQL("INSERT INTO {} (actor, action, source, model, old, new) "
-                    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id")
-            .format(audit_table(self._names)),
-            (actor, action, source, model, _json(old), _json(value))).fetchone()
-        assert audit_row is not None
-        return QuotaChange(model, action, old, value, int(audit_row[0]))
+        audit_id = insert_audit(conn, self._names, actor, action, source, model, old, value)
+        return QuotaChange(model, action, old, value, audit_id)
 
     def _resync(self, conn: psycopg.Connection[Any], created: set[str]) -> None:
         """Before pushing a change to a Redis that lost its data (no epoch marker), write
@@ -405,7 +335,7 @@ class QuotaStore:
                 return
             rows = conn.execute(sql.SQL("SELECT model, quota FROM {}")
                                 .format(quota_table(self._names))).fetchall()
-            budget = self._budget_if_migrated(conn)
+            budget = budget_if_migrated(conn, self._names)
             restored = self.router.sync_quotas(
                 {m: ModelQuota.model_validate(q) for m, q in rows},
                 budget=None if budget is None else budget.budget,
@@ -454,7 +384,3 @@ class QuotaStore:
 def _checked(model: str, quota: ModelQuota | Mapping[str, Any]) -> ModelQuota:
     validate_model_name(model)
     return quota if isinstance(quota, ModelQuota) else ModelQuota.parse(dict(quota))
-
-
-def _json(value: ModelQuota | RouterBudget | None) -> Jsonb | None:
-    return None if value is None else Jsonb(value.model_dump())
