@@ -288,6 +288,11 @@ class RouterAPI:
         return self._reading(self.core.stats(models))
 
     @operation
+    def sharded_pubsub(self) -> Steps[bool]:
+        """Whether release events go out sharded (SSUBSCRIBE to them) or plain."""
+        return self.core.sharded_pubsub()
+
+    @operation
     def history(self, models: Sequence[str] | None = None,
                 minutes: int = 60) -> Steps[RouterHistory]:
         """Traffic over the last ``minutes`` (1-60) per model, as the engine recorded it in

@@ -35,7 +35,7 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
         self.quota_source = quota_source
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
         self._releases = ReleaseListener(client, self.core.keys.released_channel,
-                                         self._sharded_pubsub)
+                                         self.sharded_pubsub)
         self._merger = ScriptMerger(self._script)
 
     @classmethod
@@ -45,11 +45,6 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
         in :mod:`~airflow_llm_router.engine.connect`); on one node, callers queue for one
         of 32 connections rather than fail."""
         return cls(async_redis(target_from_url(url)), settings, quota_source=quota_source)
-
-    async def _sharded_pubsub(self) -> bool:
-        """Whether the scripts publish events sharded (pubsub_mode.lua)."""
-        return bool(await self._scripts["pubsub_mode"](
-            keys=[self.core.keys.prefix], args=[self.core.settings_arg]))
 
     async def _drive(self, step: Steps[R]) -> R:
         reply: Any = None

@@ -223,6 +223,12 @@ class RouterCore:
         n = yield Script("cancel", (json.dumps(list(request_ids)),))
         return int(n)
 
+    def sharded_pubsub(self) -> Step[bool]:
+        """Whether the scripts publish events sharded (SPUBLISH, Redis 7+), so listeners
+        subscribe to match (pubsub_mode.lua decides, from the server's version)."""
+        mode = yield Script("pubsub_mode")
+        return bool(mode)
+
     def stats(self, models: Sequence[str] | None = None) -> Step[RouterStats]:
         arg = json.dumps(list(models)) if models else "0"
         raw = yield Script("stats", (arg,))

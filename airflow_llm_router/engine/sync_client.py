@@ -72,8 +72,7 @@ class RouterClient(RouterAPI, SyncDriver):
         """
         deadline = time.monotonic() + timeout_s
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        sharded = bool(self._scripts["pubsub_mode"](keys=[self.core.keys.prefix],
-                                                    args=[self.core.settings_arg]))
+        sharded = self.sharded_pubsub()
         if sharded:
             pubsub.ssubscribe(self.core.keys.released_channel)
         else:
