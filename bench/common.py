@@ -10,10 +10,17 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_router_devkit import redis_tools
+
+if TYPE_CHECKING:
+    from airflow_llm_router.store import TaskStore
+    from llm_router_devkit.redis_tools import PrivateRedis
+    from llm_router_devkit.simulator import SimulatorProfile
+    from llm_router_devkit.simulator.server import SimulatorProcess
 
 __all__ = [
     "BENCHMARKS_MD",
@@ -23,6 +30,7 @@ __all__ = [
     "drop_namespace",
     "drop_schema",
     "guarded",
+    "private_services",
     "publish",
     "results_dir",
     "write_section",
@@ -97,6 +105,25 @@ def drop_schema(dsn: str, schema: str) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def private_services(stack: ExitStack, dsn: str, schema: str, profile: SimulatorProfile
+                     ) -> tuple[PrivateRedis, SimulatorProcess, TaskStore]:
+    """One run's own Redis, simulator and task store (``schema``, not yet migrated), each
+    stopped, and the schema dropped, when ``stack`` closes: a run shares nothing with
+    another or with what else uses this PostgreSQL."""
+    from airflow_llm_router.store import TaskStore
+    from llm_router_devkit.redis_tools import PrivateRedis
+    from llm_router_devkit.simulator.server import SimulatorProcess
+
+    redis_server = PrivateRedis()
+    redis_server.start()
+    stack.callback(redis_server.close)
+    sim = stack.enter_context(SimulatorProcess(profile))
+    store = TaskStore(dsn, schema=schema)
+    stack.callback(drop_schema, dsn, schema)
+    stack.callback(store.close)
+    return redis_server, sim, store
 
 
 def guarded(body: Callable[[], int]) -> int:

@@ -49,13 +49,17 @@ import httpx
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
-from airflow_llm_router.store import TaskStore
-from bench.common import BENCHMARKS_MD, add_run_options, drain_once, drop_schema, guarded, publish
+from bench.common import (
+    BENCHMARKS_MD,
+    add_run_options,
+    drain_once,
+    guarded,
+    private_services,
+    publish,
+)
 from llm_router_devkit.api_server import api_env, standalone_api
-from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
-from llm_router_devkit.simulator.server import SimulatorProcess
 
 HEADING = "## Admission over HTTP beside a drain"
 OUT = BENCHMARKS_MD
@@ -204,13 +208,7 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float,
     schema, namespace, token = f"llmr_http_{run_id}", f"http-{run_id}", secrets.token_urlsafe(24)
     prof = profile(opts)
     with ExitStack() as stack:
-        redis_server = PrivateRedis()
-        redis_server.start()
-        stack.callback(redis_server.close)
-        sim = stack.enter_context(SimulatorProcess(prof))
-        store = TaskStore(opts.postgres_dsn, schema=schema)
-        stack.callback(drop_schema, opts.postgres_dsn, schema)
-        stack.callback(store.close)
+        redis_server, sim, store = private_services(stack, opts.postgres_dsn, schema, prof)
         store.migrate()
         store.enqueue([f"backlog task {i}" for i in range(opts.backlog)])
         connections: dict[str, dict[str, object] | str] = {

@@ -61,12 +61,10 @@ from starlette.routing import Route
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from bench.common import BENCHMARKS_MD, add_run_options, drain_once, drop_schema, publish
+from bench.common import BENCHMARKS_MD, add_run_options, drain_once, private_services, publish
 from llm_router_devkit.api_server import api_env, standalone_api
-from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
-from llm_router_devkit.simulator.server import SimulatorProcess
 
 HEADING = "## Ingestion over HTTP"
 OUT = BENCHMARKS_MD
@@ -326,14 +324,8 @@ def run(opts: argparse.Namespace, in_flight: int) -> dict[str, Any]:
     prof = _profile(opts)
     token = secrets.token_urlsafe(24)
     with ExitStack() as stack:
-        redis_server = PrivateRedis()
-        redis_server.start()
-        stack.callback(redis_server.close)
-        sim = stack.enter_context(SimulatorProcess(prof))
+        redis_server, sim, store = private_services(stack, opts.postgres_dsn, schema, prof)
         recorder = stack.enter_context(Recorder(sim.url))
-        store = TaskStore(opts.postgres_dsn, schema=schema)
-        stack.callback(drop_schema, opts.postgres_dsn, schema)
-        stack.callback(store.close)
         store.migrate()
         conns: dict[str, dict[str, object] | str] = {
             "llm_router_default": {

@@ -42,12 +42,9 @@ import httpx
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.names import DEFAULT_KIND
-from airflow_llm_router.store import TaskStore
-from bench.common import BENCHMARKS_MD, add_run_options, drain_once, drop_schema, publish
-from llm_router_devkit.redis_tools import PrivateRedis
+from bench.common import BENCHMARKS_MD, add_run_options, drain_once, private_services, publish
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
-from llm_router_devkit.simulator.server import SimulatorProcess
 
 MODES = ("worst_case", "per_model", "per_kind")
 HEADING = "## Estimates per task kind"
@@ -93,13 +90,7 @@ def run_mode(opts: argparse.Namespace, mode: str) -> dict[str, Any]:
     schema, namespace = f"llmr_kinds_{run_id}", f"kinds-{run_id}"
     prof = profile(opts)
     with ExitStack() as stack:
-        redis_server = PrivateRedis()
-        redis_server.start()
-        stack.callback(redis_server.close)
-        sim = stack.enter_context(SimulatorProcess(prof))
-        store = TaskStore(opts.postgres_dsn, schema=schema)
-        stack.callback(drop_schema, opts.postgres_dsn, schema)
-        stack.callback(store.close)
+        redis_server, sim, store = private_services(stack, opts.postgres_dsn, schema, prof)
         extra: dict[str, Any] = {"timeout_s": 60}
         if mode == "worst_case":
             extra["max_output_tokens"] = opts.cap
