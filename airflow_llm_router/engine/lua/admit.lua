@@ -79,7 +79,8 @@ local function decide(req)
     local m = names[k]
     if fair then m = next_fair(pool) end
     local view = model_view(m)
-    local bad = never_fits(view, need_for(view, req)) or budget_never(m, view.q, need_for(view, req))
+    local est = need_for(view, req)
+    local bad = never_fits(view, est) or budget_never(m, view.q, est)
     if bad then
       why[bad] = m
       redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)
@@ -87,8 +88,9 @@ local function decide(req)
       tried = tried + 1
       local st = load_model(m)
       if not rank then rank, queued = waiter_rank(req.rid, req.hot) end
-      local wait, w = blocked(st, need_for(st, req), held_back(m, rank, req.rid, req.hot))
-      if wait == 0 then wait, w = budget_wait(m, view.q, need_for(st, req)) end
+      local need = need_for(st, req)
+      local wait, w = blocked(st, need, held_back(m, rank, req.rid, req.hot))
+      if wait == 0 then wait, w = budget_wait(m, view.q, need) end
       if wait == 0 then
         local lid = reserve(st, req)
         if fair then fair_charge(m, st.q.w) end
