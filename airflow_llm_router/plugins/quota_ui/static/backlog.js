@@ -1,7 +1,7 @@
 // The backlog panel: counts, age, throughput and ETA from GET api/backlog; the dead letters
 // (filtered, paged) from GET api/backlog/dead; requeue through POST api/backlog/requeue
 // (editors only: a viewer is shown no requeue control, see quotas.js loadAccess). Uses el,
-// api and detailText of quotas.js.
+// api, send and detailText of quotas.js.
 "use strict";
 
 const DEAD_PAGE = 20;
@@ -151,11 +151,7 @@ function requeueMessage(text, isError) {
 }
 
 async function requeue(body) {
-  const { ok, status, body: answer } = await api("backlog/requeue", {
-    method: "POST",
-    headers: { "Content-Type": "application/json", [CSRF_HEADER]: "XMLHttpRequest" },
-    body: JSON.stringify(body),
-  });
+  const { ok, status, body: answer } = await send("backlog/requeue", "POST", body);
   if (!ok) {
     requeueMessage(`Not requeued (${status}): ${detailText(answer)}`, true);
     return;

@@ -1,15 +1,14 @@
 // The router-wide spend budget: what every priced model spends together per period, its
 // bar, and the form that changes it (PUT api/budget: stored in PostgreSQL, audited, pushed
-// to the router). Uses quotas.js (el, api, bar, showSpend, detailText, loadAudit, access).
+// to the router). Uses quotas.js (el, api, send, readInput, bar, showSpend,
+// clearFieldErrors, showWriteError, loadAudit, access).
 "use strict";
 
 const budgetForm = { node: null, inputs: {}, errors: {}, stored: null, bar: null, editing: false };
 
+// Empty is null: no budget (the period keeps its default).
 function budgetValue(name) {
-  const text = budgetForm.inputs[name].value.trim();
-  if (text === "") return null; // no budget (the period keeps its default)
-  const value = Number(text);
-  return Number.isNaN(value) ? text : value;
+  return readInput({ nullable: true }, budgetForm.inputs[name]);
 }
 
 function showBudget(view) {
@@ -44,20 +43,11 @@ async function loadBudget() {
 async function saveBudget(event) {
   event.preventDefault();
   const message = document.getElementById("budget-message");
-  for (const [name, error] of Object.entries(budgetForm.errors)) {
-    error.textContent = "";
-    budgetForm.inputs[name].removeAttribute("aria-invalid");
-  }
-  message.textContent = "";
-  message.className = "row-message";
+  clearFieldErrors(budgetForm.errors, budgetForm.inputs, message);
   const body = { budget_micro_usd: budgetValue("budget_micro_usd") };
   const period = budgetValue("budget_period_s");
   if (period !== null) body.budget_period_s = period;
-  const answer = await api("budget", {
-    method: "PUT",
-    headers: { "Content-Type": "application/json", [CSRF_HEADER]: "XMLHttpRequest" },
-    body: JSON.stringify(body),
-  });
+  const answer = await send("budget", "PUT", body);
   if (answer.ok) {
     message.textContent = "Saved";
     message.className = "row-message ok";
@@ -65,20 +55,7 @@ async function saveBudget(event) {
     await Promise.all([loadBudget(), loadAudit()]);
     return;
   }
-  if (answer.status === 422 && Array.isArray(answer.body.detail)) {
-    for (const d of answer.body.detail) {
-      const target = budgetForm.errors[d.field];
-      if (target) {
-        target.textContent = d.msg;
-        budgetForm.inputs[d.field].setAttribute("aria-invalid", "true");
-      } else {
-        message.textContent = `${d.field}: ${d.msg}`;
-      }
-    }
-  } else {
-    message.textContent = `Not saved (${answer.status}): ${detailText(answer.body)}`;
-  }
-  message.classList.add("error");
+  showWriteError(budgetForm.errors, budgetForm.inputs, message, answer.status, answer.body);
 }
 
 function setupBudget() {

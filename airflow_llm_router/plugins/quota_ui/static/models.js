@@ -73,13 +73,7 @@ async function buildAddForm() {
 }
 
 function clearAddErrors() {
-  for (const [name, error] of Object.entries(addForm.errors)) {
-    error.textContent = "";
-    addForm.inputs[name].removeAttribute("aria-invalid");
-  }
-  const message = document.getElementById("add-model-message");
-  message.textContent = "";
-  message.className = "row-message";
+  clearFieldErrors(addForm.errors, addForm.inputs, document.getElementById("add-model-message"));
 }
 
 function showAddError(field, text) {
@@ -105,18 +99,10 @@ async function submitAddForm(event) {
   }
   const quota = {};
   for (const f of addForm.fields) {
-    const input = addForm.inputs[f.name];
-    if (f.kind === "bool") { quota[f.name] = input.checked; continue; }
-    const text = input.value.trim();
-    if (text === "") continue; // the server's default (or its "field required")
-    const value = Number(text);
-    quota[f.name] = Number.isNaN(value) ? text : value;
+    const value = readInput({ kind: f.kind, nullable: true }, addForm.inputs[f.name]);
+    if (value !== null) quota[f.name] = value; // empty: the server's default (or "required")
   }
-  const { ok, status, body } = await api(modelPath(model), {
-    method: "PUT",
-    headers: { "Content-Type": "application/json", [CSRF_HEADER]: "XMLHttpRequest" },
-    body: JSON.stringify(quota),
-  });
+  const { ok, status, body } = await send(modelPath(model), "PUT", quota);
   if (ok) {
     document.getElementById("add-model").reset();
     const message = document.getElementById("add-model-message");

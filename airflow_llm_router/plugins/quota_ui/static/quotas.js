@@ -50,6 +50,42 @@ async function api(path, options = {}) {
   return { ok: response.ok, status: response.status, body };
 }
 
+// A write: JSON body (if any) and the header the API requires against cross-site requests.
+function send(path, method, body) {
+  const headers = { [CSRF_HEADER]: "XMLHttpRequest" };
+  if (body === undefined) return api(path, { method, headers });
+  headers["Content-Type"] = "application/json";
+  return api(path, { method, headers, body: JSON.stringify(body) });
+}
+
+// A form's field errors and message line, cleared before a write ...
+function clearFieldErrors(errors, inputs, message) {
+  for (const [name, error] of Object.entries(errors)) {
+    error.textContent = "";
+    inputs[name].removeAttribute("aria-invalid");
+  }
+  message.textContent = "";
+  message.className = "row-message";
+}
+
+// ... and filled from its answer: a 422 under the field it names, else in the message line.
+function showWriteError(errors, inputs, message, status, body) {
+  if (status === 422 && Array.isArray(body.detail)) {
+    for (const d of body.detail) {
+      const target = errors[d.field];
+      if (target) {
+        target.textContent = d.msg;
+        inputs[d.field].setAttribute("aria-invalid", "true");
+      } else {
+        message.textContent = `${d.field}: ${d.msg}`;
+      }
+    }
+  } else {
+    message.textContent = `Not saved (${status}): ${detailText(body)}`;
+  }
+  message.classList.add("error");
+}
+
 function setStatus(text, isError = false) {
   const status = document.getElementById("status");
   status.textContent = text;
@@ -261,8 +297,7 @@ function deleteModel(model) {
 
 async function removeModel(model) {
   const row = rows.get(model);
-  const { ok, status, body } = await api(modelPath(model), {
-    method: "DELETE", headers: { [CSRF_HEADER]: "XMLHttpRequest" } });
+  const { ok, status, body } = await send(modelPath(model), "DELETE");
   if (!ok) {
     row.message.textContent = `Not deleted (${status}): ${detailText(body)}`;
     row.message.className = "row-message error";
@@ -284,21 +319,12 @@ async function saveRow(model) {
     const value = readInput(f, row.inputs[f.name]);
     if (value !== row.quota[f.name]) patch[f.name] = value;
   }
-  for (const f of FIELDS) {
-    row.errors[f.name].textContent = "";
-    row.inputs[f.name].removeAttribute("aria-invalid");
-  }
-  row.message.textContent = "";
-  row.message.className = "row-message";
+  clearFieldErrors(row.errors, row.inputs, row.message);
   if (Object.keys(patch).length === 0) return;
   row.save.disabled = true;
   // a quota only Redis holds has nothing to patch in the store: save it whole
-  const path = model.split("/").map(encodeURIComponent).join("/");
-  const { ok, status, body } = await api("quotas/" + path, {
-    method: row.stored ? "PATCH" : "PUT",
-    headers: { "Content-Type": "application/json", [CSRF_HEADER]: "XMLHttpRequest" },
-    body: JSON.stringify(row.stored ? patch : { ...row.quota, ...patch }),
-  });
+  const { ok, status, body } = await send(modelPath(model), row.stored ? "PATCH" : "PUT",
+    row.stored ? patch : { ...row.quota, ...patch });
   if (ok) {
     row.quota = body.new;
     row.message.textContent = "Saved";
@@ -307,20 +333,7 @@ async function saveRow(model) {
     await Promise.all([loadQuotas(), loadAudit()]);
     return;
   }
-  if (status === 422 && Array.isArray(body.detail)) {
-    for (const d of body.detail) {
-      const target = row.errors[d.field];
-      if (target) {
-        target.textContent = d.msg;
-        row.inputs[d.field].setAttribute("aria-invalid", "true");
-      } else {
-        row.message.textContent = `${d.field}: ${d.msg}`;
-      }
-    }
-  } else {
-    row.message.textContent = `Not saved (${status}): ${detailText(body)}`;
-  }
-  row.message.classList.add("error");
+  showWriteError(row.errors, row.inputs, row.message, status, body);
   refreshDirty(row);
 }
 

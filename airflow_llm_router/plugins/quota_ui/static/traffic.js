@@ -1,5 +1,6 @@
 // The Traffic chart of the LLM Quotas page: one model's last 5, 15 or 60 minutes as the engine
-// recorded them (GET api/history?model=<model>), drawn with the vendored uPlot.
+// recorded them (GET api/history?model=<model>), drawn with the vendored uPlot. Reads through
+// quotas.js's api().
 // Lines are each 10 s bucket's peak against the target, in % of it: the requests and tokens
 // the sliding window held (against rpm and tpm) and the calls in flight (against max
 // concurrency); the dashed line is the learned effective limit when it is below the target.
@@ -15,13 +16,6 @@
 
   const $ = (id) => document.getElementById(id);
   const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
-
-  async function getJson(path) {
-    const response = await fetch("api/" + path, { credentials: "same-origin",
-                                                   headers: { Accept: "application/json" } });
-    const body = await response.json().catch(() => ({}));
-    return { ok: response.ok, status: response.status, body };
-  }
 
   // The target in force at bucket i: the newest recorded at or before it, else the quota now.
   function targetsAt(doc, i) {
@@ -167,7 +161,7 @@
     const model = state.model;
     // the list route answers for a model deleted meanwhile too (no quota, maybe no traffic),
     // where the model's own route would be a 404 in the console
-    const { ok, status, body } = await getJson(
+    const { ok, status, body } = await api(
       `history?minutes=${state.minutes}&model=${encodeURIComponent(model)}`);
     if (model !== state.model) return; // the choice changed while it loaded
     if (!ok) {
@@ -181,7 +175,7 @@
   }
 
   async function loadNames() {
-    const { ok, body } = await getJson("quotas");
+    const { ok, body } = await api("quotas");
     if (!ok) return;
     const names = body.models.map((v) => v.model).sort();
     const select = $("traffic-model");
