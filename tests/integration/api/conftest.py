@@ -25,11 +25,13 @@ MakeApi = Callable[..., Awaitable[httpx.AsyncClient]]
 
 @pytest.fixture
 async def make_api(namespace: str) -> AsyncIterator[MakeApi]:
-    """Build the API app on the test's namespace (with router settings overrides) and an
-    httpx client that sends the token; everything is closed after the test."""
-    opened: list[tuple[httpx.AsyncClient, Lazy[AsyncRouterClient]]] = []
+    """Build the API app on the test's namespace (with router settings overrides and, for
+    ``/tasks``, a ``task_store`` source) and an httpx client that sends the token; everything
+    is closed after the test."""
+    opened: list[tuple[httpx.AsyncClient, list[Lazy[Any]]]] = []
 
-    async def make(**settings: Any) -> httpx.AsyncClient:
+    async def make(*, task_store: Lazy[Any] | None = None, **settings: Any
+                   ) -> httpx.AsyncClient:
         async def build() -> AsyncRouterClient:
             return AsyncRouterClient.from_url(
                 REDIS_URL, RouterSettings(namespace=namespace, **settings))
@@ -38,16 +40,17 @@ async def make_api(namespace: str) -> AsyncIterator[MakeApi]:
             await client.aclose()
 
         source = Lazy(build, "the test's Redis", close)
-        app = create_app(access=token_access(TOKEN), router=source)
+        app = create_app(access=token_access(TOKEN), router=source, task_store=task_store)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                    base_url="http://api", headers=AUTH)
-        opened.append((client, source))
+        opened.append((client, [source] if task_store is None else [source, task_store]))
         return client
 
     yield make
-    for client, source in opened:
+    for client, sources in opened:
         await client.aclose()
-        await source.aclose()
+        for each in sources:
+            await each.aclose()
 
 
 @pytest.fixture

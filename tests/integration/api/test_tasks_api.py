@@ -13,52 +13,30 @@ import httpx
 import psycopg
 import pytest
 
-from airflow_llm_router.api import Lazy, create_app, token_access
+from airflow_llm_router.api import Lazy
 from airflow_llm_router.api import tasks as tasks_api
-from airflow_llm_router.engine.async_client import AsyncRouterClient
-from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from tests.conftest import REDIS_URL
-from tests.integration.api.conftest import AUTH, TOKEN
+from tests.integration.api.conftest import AUTH, MakeApi
 
 MakeTasksApi = Callable[..., Awaitable[httpx.AsyncClient]]
 
 
 @pytest.fixture
-async def make_tasks_api(namespace: str, pg_dsn: str, pg_schema: str,
-                         store: TaskStore) -> AsyncIterator[MakeTasksApi]:
-    """An API app with its own task store (its own connection) on the test's schema, and an
-    httpx client that sends the token; ``with_store=False`` builds one without a store."""
-    opened: list[tuple[httpx.AsyncClient, list[Lazy[Any]]]] = []
-
+async def make_tasks_api(make_api: MakeApi, pg_dsn: str, pg_schema: str,
+                         store: TaskStore) -> MakeTasksApi:
+    """An API app (conftest's ``make_api``) with its own task store (its own connection) on
+    the test's schema; ``with_store=False`` builds one without a store."""
     async def make(*, with_store: bool = True, **store_kw: Any) -> httpx.AsyncClient:
-        async def router() -> AsyncRouterClient:
-            return AsyncRouterClient.from_url(REDIS_URL, RouterSettings(namespace=namespace))
-
-        async def close_router(client: AsyncRouterClient) -> None:
-            await client.aclose()
-
         async def task_store() -> TaskStore:
             return TaskStore(pg_dsn, schema=pg_schema, **store_kw)
 
         async def close_store(mine: TaskStore) -> None:
             mine.close()
 
-        sources: list[Lazy[Any]] = [Lazy(router, "redis", close_router)]
-        if with_store:
-            sources.append(Lazy(task_store, "the test's store", close_store))
-        app = create_app(access=token_access(TOKEN), router=sources[0],
-                         task_store=sources[1] if with_store else None)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                   base_url="http://api", headers=AUTH)
-        opened.append((client, sources))
-        return client
+        return await make_api(task_store=Lazy(task_store, "the test's store", close_store)
+                              if with_store else None)
 
-    yield make
-    for client, sources in opened:
-        await client.aclose()
-        for source in sources:
-            await source.aclose()
+    return make
 
 
 @pytest.fixture
