@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.store.models import MAX_ERROR_CHARS, ClaimedTask, TaskFailure, TaskResult
-from airflow_llm_router.store.validation import text_problem
+from airflow_llm_router.store.text_checks import text_problem
 
 #: Longest ``worker_id`` a claim accepts (it is stored in ``claimed_by``).
 MAX_WORKER_ID_CHARS = 1000

@@ -133,6 +133,11 @@ class StoreConnection:
                 self._conn = None
             raise TaskStoreError(f"task store connection failed: {err}") from err
 
+    def _announce(self, conn: psycopg.Connection[Any], count: int) -> None:
+        """Notify on commit that ``count`` tasks became claimable (nothing if 0)."""
+        if count:
+            conn.execute(self._queries.notify, (self.notify_channel, str(count)))
+
     # --- schema ---------------------------------------------------------------------------
 
     def migrate(self) -> int:

@@ -16,7 +16,7 @@ from airflow_llm_router.store.models import (
     REQUEUE_MAX,
     DeadFilter,
 )
-from airflow_llm_router.store.validation import text_problem
+from airflow_llm_router.store.text_checks import text_problem
 
 #: Longest ``error_contains`` substring accepted (characters).
 MAX_ERROR_FILTER_CHARS = 200

@@ -5,7 +5,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from airflow_llm_router.pg import Migration, TableNames
-from airflow_llm_router.store.queries import requeue_log_table
+from airflow_llm_router.store.backlog_queries import requeue_log_table
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS"]
 

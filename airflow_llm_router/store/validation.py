@@ -13,8 +13,6 @@ that shares its settings (:meth:`TaskStore.enqueue`) and one whose tasks differ
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +21,12 @@ from typing import Any
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.names import MAX_KIND_CHARS, kind_problem, validate_model_name
 from airflow_llm_router.store.ingest import NewTask
+from airflow_llm_router.store.text_checks import (
+    MAX_METADATA_CHARS,
+    metadata_json,
+    text_problem,
+    validate_metadata,
+)
 
 __all__ = [
     "DEFAULT_MAX_PROMPT_CHARS",
@@ -44,12 +48,8 @@ DEFAULT_MAX_PROMPT_CHARS = 1_000_000
 MAX_ALLOWED_MODELS = 64
 #: Most claims a task may be allowed.
 MAX_ATTEMPTS = 1000
-#: Largest metadata dict of one task, as compact JSON (characters).
-MAX_METADATA_CHARS = 65_536
 #: Longest idempotency key (characters).
 MAX_IDEMPOTENCY_KEY_CHARS = 200
-#: Deepest nesting of metadata.
-_MAX_DEPTH = 32
 
 _PRIORITIES = ("hot", "bulk")
 _ON_BUDGET = ("overflow", "wait")
@@ -116,7 +116,7 @@ def validate_tasks(tasks: object, max_prompt_chars: int) -> EnqueueRows:
             columns["kinds"].append(validate_kind(task.kind))
             columns["max_attempts"].append(validate_max_attempts(task.max_attempts))
             columns["metadata"].append(
-                "{}" if task.metadata is None else _metadata_json("metadata", task.metadata))
+                "{}" if task.metadata is None else metadata_json("metadata", task.metadata))
             _check_key("idempotency_key", task.idempotency_key)
             columns["on_budget"].append(validate_on_budget(task.on_budget))
     keys = [task.idempotency_key for task in tasks]
@@ -194,21 +194,6 @@ def validate_max_prompt_chars(value: object) -> int:
     return value
 
 
-def text_problem(value: str) -> str | None:
-    """Why PostgreSQL text/jsonb cannot hold ``value`` (None if it can); never quotes it."""
-    if "\x00" in value:
-        return f"contains a NUL character at index {value.index(chr(0))}, which PostgreSQL " \
-               "cannot store; remove it"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        code = ord(value[err.start])
-        return (f"contains a lone surrogate (U+{code:04X}) at index {err.start}, which is not "
-                "valid Unicode and PostgreSQL cannot store; decode the source text with "
-                "errors='replace'")
-    return None
-
-
 def validate_prompts(prompts: object, max_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> list[str]:
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
         raise TaskValidationError(
@@ -283,70 +268,3 @@ def validate_max_attempts(max_attempts: object) -> int:
         raise TaskValidationError(
             "max_attempts", f"must be an integer from 1 to {MAX_ATTEMPTS}, got {max_attempts!r}")
     return max_attempts
-
-
-def validate_metadata(metadata: object, count: int) -> list[str]:
-    """One JSON document per prompt: a shared dict, or a list with one dict per prompt."""
-    if metadata is None:
-        return ["{}"] * count
-    if isinstance(metadata, Mapping):
-        return [_metadata_json("metadata", metadata)] * count
-    if isinstance(metadata, Sequence) and not isinstance(metadata, (str, bytes)):
-        if len(metadata) != count:
-            raise TaskValidationError(
-                "metadata", f"has {len(metadata)} entries for {count} prompts; give one dict per "
-                "prompt or a single dict for all")
-        return [_metadata_json(f"metadata[{i}]", m) for i, m in enumerate(metadata)]
-    raise TaskValidationError(
-        "metadata", "must be a dict, a list of dicts (one per prompt) or None")
-
-
-def _metadata_json(field: str, value: object) -> str:
-    if not isinstance(value, Mapping):
-        raise TaskValidationError(field, f"must be a dict, got {type(value).__name__}")
-    if problem := _json_problem(value, "", 0):
-        raise TaskValidationError(field, problem)
-    try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as err:
-        raise TaskValidationError(field, f"must be JSON-serialisable: {err}") from err
-    if len(text) > MAX_METADATA_CHARS:
-        raise TaskValidationError(
-            field, f"is {len(text)} characters as JSON, more than {MAX_METADATA_CHARS}; keep "
-            "references in metadata, not documents")
-    return text
-
-
-def _json_problem(value: object, path: str, depth: int) -> str | None:
-    """What jsonb would refuse or silently change in ``value`` (None if nothing)."""
-    where = f" at {path}" if path else ""
-    if depth > _MAX_DEPTH:
-        return f"is nested deeper than {_MAX_DEPTH} levels{where}"
-    if isinstance(value, str):
-        problem = text_problem(value)
-        return f"has a string that {problem}{where}" if problem else None
-    if value is None or isinstance(value, (bool, int)):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"has {value!r}{where}, which JSON cannot hold"
-    if isinstance(value, Mapping):
-        return _mapping_problem(value, path, depth)
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            if problem := _json_problem(item, f"{path}[{i}]", depth + 1):
-                return problem
-        return None
-    return f"has a {type(value).__name__}{where}, which is not JSON; use str, number, bool, " \
-           "None, list or dict"
-
-
-def _mapping_problem(value: Mapping[object, object], path: str, depth: int) -> str | None:
-    where = f" at {path}" if path else ""
-    for key, item in value.items():
-        if not isinstance(key, str):
-            return f"has the non-string key {key!r}{where}; JSON keys are strings"
-        if problem := text_problem(key):
-            return f"has a key that {problem}{where}"
-        if problem := _json_problem(item, f"{path}.{key}" if path else key, depth + 1):
-            return problem
-    return None

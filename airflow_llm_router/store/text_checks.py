@@ -1,0 +1,104 @@
+"""What PostgreSQL ``text`` and ``jsonb`` can hold: the checks every store module applies to
+strings it writes (:func:`text_problem`), and the check of a task's metadata as JSON.
+
+Kept apart from :mod:`.validation` (the rest of what enqueue refuses) because the claim
+cycle (:mod:`.checks`) and the dead-letter checks (:mod:`.dead_letters`) need
+:func:`text_problem` too, without the enqueue rules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+
+from airflow_llm_router.exceptions import TaskValidationError
+
+#: Largest metadata dict of one task, as compact JSON (characters).
+MAX_METADATA_CHARS = 65_536
+#: Deepest nesting of metadata.
+_MAX_DEPTH = 32
+
+
+def text_problem(value: str) -> str | None:
+    """Why PostgreSQL text/jsonb cannot hold ``value`` (None if it can); never quotes it."""
+    if "\x00" in value:
+        return f"contains a NUL character at index {value.index(chr(0))}, which PostgreSQL " \
+               "cannot store; remove it"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(value[err.start])
+        return (f"contains a lone surrogate (U+{code:04X}) at index {err.start}, which is not "
+                "valid Unicode and PostgreSQL cannot store; decode the source text with "
+                "errors='replace'")
+    return None
+
+
+def validate_metadata(metadata: object, count: int) -> list[str]:
+    """One JSON document per prompt: a shared dict, or a list with one dict per prompt."""
+    if metadata is None:
+        return ["{}"] * count
+    if isinstance(metadata, Mapping):
+        return [metadata_json("metadata", metadata)] * count
+    if isinstance(metadata, Sequence) and not isinstance(metadata, (str, bytes)):
+        if len(metadata) != count:
+            raise TaskValidationError(
+                "metadata", f"has {len(metadata)} entries for {count} prompts; give one dict per "
+                "prompt or a single dict for all")
+        return [metadata_json(f"metadata[{i}]", m) for i, m in enumerate(metadata)]
+    raise TaskValidationError(
+        "metadata", "must be a dict, a list of dicts (one per prompt) or None")
+
+
+def metadata_json(field: str, value: object) -> str:
+    """One task's metadata dict as compact JSON, refused (naming ``field``) if jsonb cannot
+    hold it as given or it is over :data:`MAX_METADATA_CHARS`."""
+    if not isinstance(value, Mapping):
+        raise TaskValidationError(field, f"must be a dict, got {type(value).__name__}")
+    if problem := _json_problem(value, "", 0):
+        raise TaskValidationError(field, problem)
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as err:
+        raise TaskValidationError(field, f"must be JSON-serialisable: {err}") from err
+    if len(text) > MAX_METADATA_CHARS:
+        raise TaskValidationError(
+            field, f"is {len(text)} characters as JSON, more than {MAX_METADATA_CHARS}; keep "
+            "references in metadata, not documents")
+    return text
+
+
+def _json_problem(value: object, path: str, depth: int) -> str | None:
+    """What jsonb would refuse or silently change in ``value`` (None if nothing)."""
+    where = f" at {path}" if path else ""
+    if depth > _MAX_DEPTH:
+        return f"is nested deeper than {_MAX_DEPTH} levels{where}"
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return f"has a string that {problem}{where}" if problem else None
+    if value is None or isinstance(value, (bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"has {value!r}{where}, which JSON cannot hold"
+    if isinstance(value, Mapping):
+        return _mapping_problem(value, path, depth)
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            if problem := _json_problem(item, f"{path}[{i}]", depth + 1):
+                return problem
+        return None
+    return f"has a {type(value).__name__}{where}, which is not JSON; use str, number, bool, " \
+           "None, list or dict"
+
+
+def _mapping_problem(value: Mapping[object, object], path: str, depth: int) -> str | None:
+    where = f" at {path}" if path else ""
+    for key, item in value.items():
+        if not isinstance(key, str):
+            return f"has the non-string key {key!r}{where}; JSON keys are strings"
+        if problem := text_problem(key):
+            return f"has a key that {problem}{where}"
+        if problem := _json_problem(item, f"{path}.{key}" if path else key, depth + 1):
+            return problem
+    return None
