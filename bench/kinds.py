@@ -42,7 +42,14 @@ import httpx
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.names import DEFAULT_KIND
-from bench.common import BENCHMARKS_MD, add_run_options, drain_once, private_services, publish
+from bench.common import (
+    BENCHMARKS_MD,
+    add_run_options,
+    drain_once,
+    guarded,
+    private_services,
+    publish,
+)
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
 
@@ -197,17 +204,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               "must fit a window)", file=sys.stderr)
         return 2
     rows = []
-    try:
+
+    def run_all() -> int:
         for mode in MODES:
             print(f"{mode}: draining {opts.prompts} prompts...", flush=True)
             rows.append(run_mode(opts, mode))
             print(json.dumps(rows[-1]), flush=True)
-    except KeyboardInterrupt:
-        print("\ninterrupted; services stopped", file=sys.stderr)
-        return 130
-    except Exception as err:  # one error line, never a traceback
-        print(f"error: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
-        return 2
+        return 0
+
+    status = guarded(run_all)
+    if status:
+        return status
     publish(report(opts, rows), HEADING, OUT, opts.write)
     if opts.out:
         opts.out.write_text(json.dumps(rows, indent=2) + "\n")
