@@ -166,8 +166,12 @@ class TaskStore(BacklogAdmin):
         :return: how many tasks went back to pending.
         """
         with self._transaction() as conn:
-            back = self._return_expired(conn, RECLAIM_BATCH)
-            self._announce(conn, len(back.pending))
+            return self._reclaim_announced(conn)
+
+    def _reclaim_announced(self, conn: psycopg.Connection[Any]) -> int:
+        """:meth:`reclaim` inside ``conn``'s transaction: how many went back to pending."""
+        back = self._return_expired(conn, RECLAIM_BATCH)
+        self._announce(conn, len(back.pending))
         return len(back.pending)
 
     def _return_expired(self, conn: psycopg.Connection[Any], limit: int) -> models.Reclaimed:
@@ -313,8 +317,7 @@ class TaskStore(BacklogAdmin):
         die and the tasks come back; ask :meth:`claims_in_progress`.
         """
         with self._transaction() as conn:
-            back = self._return_expired(conn, RECLAIM_BATCH)
-            self._announce(conn, len(back.pending))
+            self._reclaim_announced(conn)
             row = conn.execute(self._queries.backlog).fetchone()
         return int(row[0]) if row else 0
 
@@ -327,8 +330,7 @@ class TaskStore(BacklogAdmin):
         workers died, their tasks come back then and are announced.
         """
         with self._transaction() as conn:
-            back = self._return_expired(conn, RECLAIM_BATCH)
-            self._announce(conn, len(back.pending))
+            self._reclaim_announced(conn)
             row = conn.execute(self._queries.live_claims).fetchone()
         if row is None:
             return ClaimsInProgress(0, None, None)
