@@ -59,6 +59,7 @@ from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
+from bench.common import guarded
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
@@ -350,14 +351,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    try:
-        soak, results = _soak(opts)
-    except KeyboardInterrupt:
-        print("\ninterrupted; services stopped", file=sys.stderr)
-        return 130
-    except Exception as err:  # one error line (clean-up's too), never a traceback
-        print(f"error: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
-        return 2
+    done: list[tuple[Soak, list[tuple[str, bool, str]]]] = []
+
+    def run() -> int:
+        done.append(_soak(opts))
+        return 0
+
+    status = guarded(run)  # one error line (clean-up's too), never a traceback
+    if status:
+        return status
+    soak, results = done[0]
     for name, ok, detail in results:
         print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
     summary = {"prompts": opts.prompts, "time_scale": opts.time_scale,
