@@ -25,6 +25,7 @@ from typing import NoReturn
 import uvicorn
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_llm_router.api.errors import first_line
 from airflow_llm_router.api.standalone import Standalone, read_token
 from airflow_llm_router.quotas.config import QuotaConfig
 
@@ -90,8 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{err}: add the connection (airflow connections add ...) or name another "
                      "one with --token-conn-id / --conn-id")
     except Exception as err:  # one line, never a traceback (nor a secret)
-        first = str(err).splitlines()[0] if str(err) else ""
-        return _fail(f"{type(err).__name__}: {first}")
+        return _fail(f"{type(err).__name__}: {first_line(err)}")
     try:
         sock = socket.create_server((args.host, args.port))
     except OSError as err:

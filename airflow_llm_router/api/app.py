@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from airflow_llm_router import __version__
 from airflow_llm_router.api import admission, auth, tasks
 from airflow_llm_router.api.auth import Access
-from airflow_llm_router.api.errors import validation_handler
+from airflow_llm_router.api.errors import first_line, validation_handler
 from airflow_llm_router.api.limits import ADMISSION_BODY_BYTES, BodyLimit
 from airflow_llm_router.api.openapi import serve_openapi
 from airflow_llm_router.api.sources import Lazy, Unavailable
@@ -38,8 +38,8 @@ def _unavailable(_: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, Unavailable):
         message = str(exc)
     else:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        message = f"the router's Redis did not answer: {type(exc).__name__}: {first}; retry"
+        message = (f"the router's Redis did not answer: {type(exc).__name__}: "
+                   f"{first_line(exc)}; retry")
     return JSONResponse({"detail": message}, status_code=503, headers={"Retry-After": "1"})
 
 

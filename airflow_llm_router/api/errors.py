@@ -13,10 +13,16 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-__all__ = ["Hint", "invalid", "validation_handler"]
+__all__ = ["Hint", "first_line", "invalid", "validation_handler"]
 
 #: ``(loc, field, error type) -> how to fix it`` ("" for nothing to add).
 Hint = Callable[[list[str], str, str], str]
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message ("" if none): what an answer or an ``error:``
+    line shows of a driver's error, whose further lines (hints, queries) add nothing."""
+    return str(err).splitlines()[0] if str(err) else ""
 
 
 def invalid(detail: list[dict[str, object]]) -> JSONResponse:

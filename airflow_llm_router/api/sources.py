@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from airflow_llm_router.api.errors import first_line
 from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.store import TaskStore
@@ -54,9 +55,8 @@ class Lazy(Generic[T]):
                 try:
                     self._value = await self._factory()
                 except Exception as err:
-                    first = str(err).splitlines()[0] if str(err) else ""
                     raise Unavailable(f"{self.what} is unavailable: {type(err).__name__}: "
-                                      f"{first}") from err
+                                      f"{first_line(err)}") from err
             return self._value
 
     async def aclose(self) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, status
 
+from airflow_llm_router.api.errors import first_line
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE
 from airflow_llm_router.plugins.quota_ui.api import Service
@@ -59,10 +60,9 @@ def _tasks(svc: QuotaService) -> Iterator[TaskStore]:
     except (HTTPException, TaskValidationError):
         raise
     except Exception as err:  # connection missing, database down, migration refused
-        first = str(err).splitlines()[0] if str(err) else ""
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             f"cannot read the task store {svc.tasks.where}: "
-                            f"{type(err).__name__}: {first}") from err
+                            f"{type(err).__name__}: {first_line(err)}") from err
 
 
 def _call(svc: QuotaService, fn: Callable[[TaskStore], T], body_field: bool = False) -> T:

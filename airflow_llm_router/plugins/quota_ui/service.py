@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_llm_router.api.errors import first_line
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.hooks.router import RouterHook
@@ -90,12 +91,8 @@ class QuotaService:
             raise ServiceUnavailable(
                 f"the quota service needs the connections {config.router_conn_id!r} (Redis) "
                 f"and {config.postgres_conn_id!r} (PostgreSQL): {type(err).__name__}: "
-                f"{_first_line(err)}") from err
+                f"{first_line(err)}") from err
         return cls(router, store, tasks)
-
-
-def _first_line(err: Exception) -> str:
-    return str(err).splitlines()[0] if str(err) else ""
 
 
 class LazyService:
