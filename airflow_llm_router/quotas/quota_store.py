@@ -12,8 +12,9 @@ thread pool and from the CLI, where calls are rare and must not share a connecti
 The router-wide spend budget (``RouterBudget``) is kept the same way, in a one-row table
 beside the quotas, audited in the same log and restored with the quotas
 (:meth:`QuotaStore.durable` is the restore source); its rows' SQL is in
-:mod:`airflow_llm_router.quotas.router_budget`, while the transaction, lock and push to
-Redis that make the one promise above stay here.
+:mod:`airflow_llm_router.quotas.router_budget` and the records the store returns in
+:mod:`airflow_llm_router.quotas.records` (both re-exported here), while the transaction,
+lock and push to Redis that make the one promise above stay here.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -37,6 +36,9 @@ from airflow_llm_router.engine.restore import Durable
 from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError
 from airflow_llm_router.pg import ADVISORY_LOCK_CLASS, TableNames, migrate
 from airflow_llm_router.quotas.quota_schema import QUOTA_MIGRATIONS, audit_table, quota_table
+from airflow_llm_router.quotas.records import AuditEntry as AuditEntry
+from airflow_llm_router.quotas.records import QuotaChange as QuotaChange
+from airflow_llm_router.quotas.records import QuotaRecord as QuotaRecord
 from airflow_llm_router.quotas.router_budget import (
     ROUTER_BUDGET_AUDIT_NAME as ROUTER_BUDGET_AUDIT_NAME,
 )
@@ -54,50 +56,6 @@ log = logging.getLogger(__name__)
 
 #: Second advisory-lock class (the first, ``ADVISORY_LOCK_CLASS``, guards migrations).
 _CHANGE_LOCK_CLASS = ADVISORY_LOCK_CLASS + 1
-
-
-@dataclass(frozen=True)
-class QuotaRecord:
-    """One model's stored quota and its last change."""
-
-    model: str
-    quota: ModelQuota
-    updated_at: datetime
-    updated_by: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "quota": self.quota.model_dump(),
-                "updated_at": self.updated_at.isoformat(), "updated_by": self.updated_by}
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """One change: ``old`` is None for a creation, ``new`` None for a deletion."""
-
-    id: int
-    at: datetime
-    actor: str
-    action: Action
-    source: str
-    model: str
-    old: dict[str, Any] | None
-    new: dict[str, Any] | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "at": self.at.isoformat(), "actor": self.actor,
-                "action": self.action, "source": self.source, "model": self.model,
-                "old": self.old, "new": self.new}
-
-
-@dataclass(frozen=True)
-class QuotaChange:
-    """What one call changed (``audit_id`` is None when the value was already in place)."""
-
-    model: str
-    action: Action
-    old: ModelQuota | None
-    new: ModelQuota | None
-    audit_id: int | None
 
 
 class QuotaStore:
@@ -157,10 +115,13 @@ class QuotaStore:
         """Every stored quota and the router-wide budget: what a router client restores
         into a Redis that lost its data (its ``quota_source``)."""
         with self._transaction() as conn:
-            quotas = {m: ModelQuota.model_validate(q) for m, q in conn.execute(
-                sql.SQL("SELECT model, quota FROM {}").format(quota_table(self._names)))}
+            quotas = self._stored_quotas(conn)
             budget = budget_if_migrated(conn, self._names)
         return Durable(quotas, None if budget is None else budget.budget)
+
+    def _stored_quotas(self, conn: psycopg.Connection[Any]) -> dict[str, ModelQuota]:
+        return {m: ModelQuota.model_validate(q) for m, q in conn.execute(
+            sql.SQL("SELECT model, quota FROM {}").format(quota_table(self._names)))}
 
     def budget_record(self) -> BudgetRecord | None:
         """The stored router-wide budget, or None if none is set."""
@@ -333,13 +294,11 @@ class QuotaStore:
         try:
             if self.router.quotas_synced():
                 return
-            rows = conn.execute(sql.SQL("SELECT model, quota FROM {}")
-                                .format(quota_table(self._names))).fetchall()
+            stored = self._stored_quotas(conn)
             budget = budget_if_migrated(conn, self._names)
             restored = self.router.sync_quotas(
-                {m: ModelQuota.model_validate(q) for m, q in rows},
-                budget=None if budget is None else budget.budget,
-                after_loss=any(m not in created for m, _ in rows))
+                stored, budget=None if budget is None else budget.budget,
+                after_loss=any(m not in created for m in stored))
         except Exception as err:
             raise QuotaStoreError(
                 f"cannot restore the stored quotas to the router's Redis ({err}); nothing "
