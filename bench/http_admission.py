@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", default="50,50+hop,250",
                         help="one run each: the router's guard_ms, '+hop' when the callers "
                         "report their HTTP hop to /complete (arrival_delay_s)")
+    parser.add_argument("--http-hop-ms", type=int, default=RouterSettings().http_hop_ms,
+                        help="the API's allowance for its callers' hop (the router "
+                        "connection's http_hop_ms; 0: none)")
     parser.add_argument("--budget", type=int, default=400_000,
                         help="fast's spend budget for the day, micro-dollars (0: no price)")
     add_run_options(parser, heading=HEADING, time_scale=30.0)
@@ -217,6 +220,7 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float,
                                    # quotas are set in Redis here, with no quota store
                                    "extra": {"namespace": namespace, "lease_ttl_s": 60,
                                              "guard_ms": guard_ms,
+                                             "http_hop_ms": opts.http_hop_ms,
                                              "restore_quotas": False}},
             "postgres_default": opts.postgres_dsn,
             "models_backend_default": {"conn_type": "models_backend", "host": sim.url,
@@ -270,7 +274,8 @@ def run(opts: argparse.Namespace, guard_ms: int, raw_seconds: float,
         raw_s = max(time.monotonic() - raw_started, 1e-9)
     result = _result(opts, prof, tally, event, served, engine.models, solved, http_s, drain_s,
                      raw, raw_s)
-    return {"guard_ms": guard_ms, "hop_reported": hop, **result}
+    return {"guard_ms": guard_ms, "hop_reported": hop, "http_hop_ms": opts.http_hop_ms,
+            **result}
 
 
 def _result(opts: argparse.Namespace, prof: SimulatorProfile, tally: Tally,
@@ -340,13 +345,15 @@ def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
     lines = [
         HEADING, "",
         f"`python -m bench.http_admission --clients {opts.clients} --calls {opts.calls} "
-        f"--backlog {opts.backlog} --runs {opts.runs}` "
+        f"--backlog {opts.backlog} --runs {opts.runs} --http-hop-ms {opts.http_hop_ms}` "
         f"(run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; seed {opts.seed}, a "
         f"{first['window_s']:g} s window, 2 cores shared with other work): {opts.clients} "
         f"plain `httpx` callers outside Airflow make {opts.calls} calls through the "
         "standalone API (`/schedule` -> the simulator -> `/complete`) while a drain solves "
         f"{opts.backlog} tasks on the same two models; the backend refuses (429) whatever "
-        "would go over a limit and counts what it was offered. One run per router guard; "
+        "would go over a limit and counts what it was offered. Each HTTP admission counts "
+        f"in its window from {opts.http_hop_ms} ms after it was made (the API's hop "
+        "allowance, `http_hop_ms`). One run per router guard; "
         "'+ hop': the callers tell `/complete` how long after their `/schedule` the backend "
         "received the call (`arrival_delay_s`), and the engine widens the guard to cover it.",
         "",
@@ -383,11 +390,11 @@ def report(opts: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
     lines += [
         "",
         "A call admitted over HTTP reaches the backend later than a drain's (the answer "
-        "travels back, the caller then calls): the router's guard must cover that delay, "
-        "or a window can end at the backend later than in the engine (docs/engine.md, "
-        "\"Guard\"). Reported with `arrival_delay_s`, the engine learns it per model; "
-        "otherwise set `guard_ms` to cover it (with real 60 s windows a few hundred ms cost "
-        "under 1 % of the quota). "
+        "travels back, the caller then calls): unless the hop allowance, the guard or both "
+        "cover that delay, a window can end at the backend later than in the engine "
+        "(docs/engine.md, \"Guard\"). Reported with `arrival_delay_s`, the engine also "
+        "learns it per model (with real 60 s windows a few hundred ms cost under 1 % of the "
+        "quota). "
         f"With roomy quotas and no backend call, {opts.clients} callers got "
         f"{first['raw_admissions_per_s']} admissions/s (`/schedule` + `/complete`; "
         f"`/schedule` median {first['raw_schedule_ms_p50']} ms, p95 "
@@ -405,6 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = _parser().parse_args(argv)
     if min(opts.clients, opts.calls, opts.backlog) < 1 or opts.time_scale <= 0:
         print("error: --clients, --calls and --backlog must be >= 1 and --time-scale > 0",
+              file=sys.stderr)
+        return 2
+    if not 0 <= opts.http_hop_ms <= 60_000:
+        print(f"error: --http-hop-ms: {opts.http_hop_ms} is not between 0 and 60000",
               file=sys.stderr)
         return 2
     try:

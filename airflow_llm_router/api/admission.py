@@ -198,7 +198,7 @@ async def schedule(body: ScheduleBody, _: Writer, router_client: Client) -> Any:
         estimated_output_tokens=body.estimated_output_tokens,
         models=tuple(body.models) if body.models is not None else None,
         ordered=body.ordered, priority=body.priority, kind=body.kind,
-        on_budget=body.on_budget,
+        on_budget=body.on_budget, hop_ms=router_client.settings.http_hop_ms,
         request_id=REQUEST_ID_PREFIX + (body.request_id or uuid.uuid4().hex))
     decision = (await router_client.admit_many([request]))[0]
     request_id = decision.request_id.removeprefix(REQUEST_ID_PREFIX)

@@ -218,6 +218,7 @@ class RouterAPI:
 
         :raises ImpossibleRequestError: no allowed model could ever admit it.
         """
+        named: dict[str, Any] = {"request_id": request_id} if request_id else {}
         request = AdmitRequest(
             estimated_tokens=estimated_tokens,
             estimated_output_tokens=estimated_output_tokens,
@@ -227,7 +228,7 @@ class RouterAPI:
             priority=priority,
             kind=kind,
             on_budget=on_budget,
-            **({"request_id": request_id} if request_id else {}),
+            **named,
         )
         decisions = yield from self._admit([request])
         return single_decision(decisions[0])

@@ -15,7 +15,10 @@ from airflow_llm_router.engine.quota import validate_model_name
 from airflow_llm_router.engine.types import AdmitRequest, Outcome
 from airflow_llm_router.names import kind_problem
 
-__all__ = ["Completion", "encode_completion", "encode_request"]
+__all__ = ["MAX_HOP_MS", "Completion", "encode_completion", "encode_request"]
+
+#: The longest hop an admission may allow for (:attr:`AdmitRequest.hop_ms`): a minute.
+MAX_HOP_MS = 60_000
 
 _OUTCOMES = ("ok", "rate_limited", "error")
 
@@ -60,16 +63,7 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     if not isinstance(r.request_id, str) or not r.request_id or not r.request_id.isprintable():
         raise ValueError(f"request_id: {r.request_id!r} must be non-empty printable text "
                          "(it is kept in the lease's record)")
-    kind: list[str | int | None] = []
-    if r.kind is not None:
-        problem = kind_problem(r.kind)
-        if problem:
-            raise ValueError(f"kind: {problem}")
-        kind = [r.kind]
-    if r.on_budget not in ("overflow", "wait"):
-        raise ValueError(f"on_budget: {r.on_budget!r} is not 'overflow' or 'wait'")
-    if r.on_budget == "wait":  # the admit script reads it after the kind (null: none)
-        kind = [r.kind, 1]
+    kind = _optional_tail(r)
     if r.input_tokens is not None:
         if r.estimated_tokens is not None:
             raise ValueError("input_tokens: give either estimated_tokens or input_tokens")
@@ -90,6 +84,24 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     total = r.estimated_tokens
     inp, outp = (total, total) if out is None else (total - out, out)
     return [r.request_id, hot, total, inp, outp, ordered, models, *kind]
+
+
+def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
+    """The admit script's optional fields after the models, as short as they can be:
+    the kind (null: none), the budget choice (1: wait), the hop (ms)."""
+    if r.kind is not None:
+        problem = kind_problem(r.kind)
+        if problem:
+            raise ValueError(f"kind: {problem}")
+    if r.on_budget not in ("overflow", "wait"):
+        raise ValueError(f"on_budget: {r.on_budget!r} is not 'overflow' or 'wait'")
+    if not isinstance(r.hop_ms, int) or not 0 <= r.hop_ms <= MAX_HOP_MS:
+        raise ValueError(f"hop_ms: {r.hop_ms!r} is not a whole number of ms between 0 and "
+                         f"{MAX_HOP_MS}")
+    tail: list[str | int | None] = [r.kind, 1 if r.on_budget == "wait" else 0, r.hop_ms]
+    while tail and not tail[-1]:
+        tail.pop()
+    return tail
 
 
 def _encode_models(r: AdmitRequest) -> list[str] | int:

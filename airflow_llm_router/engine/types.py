@@ -60,6 +60,12 @@ class RouterSettings(BaseModel):
     :param breaker_failures: consecutive errors that open a model's circuit breaker.
     :param breaker_open_ms: how long an open breaker refuses calls before a probe.
     :param jitter: waits are stretched by up to this fraction, so waiters don't stampede.
+    :param http_hop_ms: the HTTP API's allowance for its callers' hop (``/schedule``'s answer
+        travelling back, then the call travelling to the backend): each admission it makes
+        counts in its model's window from this long after it was made
+        (:attr:`AdmitRequest.hop_ms`). Costs hop/window of the throughput of HTTP
+        admissions only. A caller that reports ``arrival_delay_s`` on ``/complete`` also
+        widens the model's guard to what it measured.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,6 +85,7 @@ class RouterSettings(BaseModel):
     hot_share: float = Field(0.8, gt=0, le=1)
     replicas_to_wait: int = Field(0, ge=0, le=16)
     replica_wait_ms: int = Field(100, gt=0, le=60_000)
+    http_hop_ms: int = Field(250, ge=0, le=60_000)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,12 @@ class AdmitRequest:
         for that model's budget period to reset rather than take a model it prefers less
         (e.g. a cheaper one). Requests for any model or shared by weight treat every
         allowed model alike, so an over-budget one is skipped either way.
+    :param hop_ms: the call may reach the backend up to this long after the admission is
+        answered, beyond what the guard covers (``guard_ms``): its window entry counts from
+        then, so no later admission, whoever makes it, can share the call's backend window
+        over the limit. The HTTP API sets it for every ``/schedule``
+        (:attr:`RouterSettings.http_hop_ms`): the answer travels back to the caller before
+        the call is sent. 0 (the default) for a caller that sends its call at once.
     """
 
     estimated_tokens: int | None = None
@@ -119,6 +132,7 @@ class AdmitRequest:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     kind: str | None = None
     on_budget: OnBudget = "overflow"
+    hop_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 -- one model) or told how long to wait, or rejected when no allowed model could ever take it.
 -- ARGV[2]: JSON [[request id, hot 0/1, tokens, input tokens, output tokens, ordered 0/1,
 --                [models] or 0 for any, kind (optional, null), on budget 1: wait (optional:
---                over its budget, an ordered request's model is not passed: lib/budget.lua)
+--                over its budget, an ordered request's model is not passed: lib/budget.lua),
+--                hop ms (optional: the call may reach the backend this long after its
+--                admission, beyond the guard: its window entry counts from then)
 --               ], ...]  (tokens are estimates
 --                until complete; tokens and output -1: input + the chosen model's learned
 --                output, for the kind if given; the lease records the kind: lib/kinds.lua)
@@ -48,7 +50,7 @@ local function reserve(st, req)
   st.n, st.s, st.i, st.o = st.n + 1, st.s + need.s, st.i + need.i, st.o + need.o
   st.live = st.live + 1
   st.head = nil
-  model_add(st, lid, need)
+  model_add(st, lid, need, req.lead)
   local cost = budget_reserve(st.m, model_view(st.m).q, need)  -- lib/budget.lua
   NEW_LEASES[#NEW_LEASES + 1] = lid
   NEW_LEASES[#NEW_LEASES + 1] = lease_record(NOW, probe, req.rid, req.k, cost)
@@ -119,7 +121,8 @@ for k, r in ipairs(reqs) do
   local kind = nil
   if type(r[8]) == 'string' then kind = r[8] end
   out[k] = decide({rid = r[1], hot = r[2] == 1, s = r[3], i = r[4], o = r[5],
-                   ordered = r[6] == 1, ms = ms, k = kind, bw = r[9] == 1})
+                   ordered = r[6] == 1, ms = ms, k = kind, bw = r[9] == 1,
+                   lead = tonumber(r[10]) or 0})
 end
 for _, st in pairs(STATE) do model_flush(st) end
 history_admitted(STATE, ADMITTED, model_view)

@@ -12,6 +12,7 @@ import pytest
 
 from airflow_llm_router.engine.client import RouterClient
 from tests.integration.api.conftest import MakeApi
+from tests.integration.engine.admitting import first_admission
 
 ROOMY = {"rpm": 1000, "tpm": 1_000_000, "max_concurrency": 100}
 
@@ -279,3 +280,21 @@ async def test_a_reported_http_hop_widens_the_models_guard(api: httpx.AsyncClien
     assert done.json()["status"] == "released"
     stats = engine.stats().models["m"]
     assert stats.guard_ms >= 1.25 * 400 and stats.counters["guard_widened"] == 1
+
+
+async def test_an_http_admission_keeps_its_window_for_the_hop_to_the_backend(
+        make_api: MakeApi, engine: RouterClient) -> None:
+    # /schedule's answer travels back before the caller calls: the admission counts in its
+    # window from http_hop_ms after it was made, so a drain's admission (the `engine`
+    # client, no hop) cannot land in the backend window the HTTP call reaches late
+    api = await make_api(http_hop_ms=300)
+    engine.set_quota("m", {**ROOMY, "rpm": 1, "window_s": 0.5})
+    before = time.monotonic()  # at or before the admission's stamp
+    first = await schedule(api)
+    assert first["status"] == "admitted"
+    assert (await schedule(api))["reason"] == "rpm"
+    first_admission(engine)
+    # window 500 ms + the engine client's guard 50 ms + the hop 300 ms
+    assert time.monotonic() - before >= 0.5 + 0.05 + 0.3 - 0.001
+    assert engine.stats().models["m"].counters["admitted"] == 2
+

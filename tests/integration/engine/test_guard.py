@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Wait
+from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
 from tests.integration.engine.admitting import admit_all, first_admission
 
 
@@ -129,3 +131,31 @@ def test_nothing_remaining_cools_the_model_down_without_a_429(
     stats = router.stats().models["a"]
     assert stats.cooldown_ms > 0
     assert stats.counters["rate_limited"] == 0 and stats.breaker == "closed"
+
+
+def test_an_admission_with_a_hop_counts_from_when_its_call_may_reach_the_backend(
+        make_router: Callable[..., RouterClient]) -> None:
+    # a caller whose call reaches the backend up to 300 ms after its admission (an HTTP
+    # hop): its window entry counts from then, so a later admission, by any caller, waits
+    # for window + guard + hop, not window + guard, and never shares the call's backend
+    # window over the limit
+    window_s = 0.5
+    router = make_router(guard_ms=20, guard_share=0)
+    router.set_quota("a", {"rpm": 1, "tpm": 10**6, "max_concurrency": 10,
+                           "window_s": window_s})
+    before = time.monotonic()  # at or before the admission's stamp
+    got = router.admit_many([AdmitRequest(estimated_tokens=1, hop_ms=300)])[0]
+    assert isinstance(got, Admission)
+    waiting = router.admit(1)
+    assert isinstance(waiting, Wait) and waiting.reason == "rpm"
+    first_admission(router)
+    assert time.monotonic() - before >= window_s + 0.020 + 0.300 - 0.001
+
+
+def test_a_hop_out_of_range_is_refused_naming_the_field(router: RouterClient) -> None:
+    router.set_quota("a", {"rpm": 10, "tpm": 10**6, "max_concurrency": 10})
+    with pytest.raises(ValueError, match="hop_ms"):
+        router.admit_many([AdmitRequest(estimated_tokens=1, hop_ms=-1)])
+    with pytest.raises(ValueError, match="hop_ms"):
+        router.admit_many([AdmitRequest(estimated_tokens=1, hop_ms=120_000)])
+    assert router.stats().models["a"].counters.get("admitted", 0) == 0

@@ -96,8 +96,10 @@ local function model_flush(st)
   redis.call('HINCRBY', K_STATS, st.m .. '|admitted', p.n)
 end
 
--- Queue one admission's writes: its live lease, window entry and window tokens.
-local function model_add(st, lid, need)
+-- Queue one admission's writes: its live lease, window entry and window tokens. The window
+-- entry counts from `lead` ms after now: a call that reaches the backend through one more
+-- hop (an HTTP caller, see admit.lua) is counted from when it may arrive, not from now.
+local function model_add(st, lid, need, lead)
   local p = st.pend
   if not p then
     p = {live = {}, win = {}, tok = {}, n = 0}
@@ -105,7 +107,7 @@ local function model_add(st, lid, need)
   end
   local live, win, tok = p.live, p.win, p.tok
   live[#live + 1], live[#live + 2] = int(NOW + LEASE_TTL), lid
-  win[#win + 1], win[#win + 2] = int(NOW), lid
+  win[#win + 1], win[#win + 2] = int(NOW + (lead or 0)), lid
   tok[#tok + 1], tok[#tok + 2] = lid, need.s .. ':' .. need.i .. ':' .. need.o
   p.n = p.n + 1
   if p.n >= FLUSH_AT then model_flush(st) end
