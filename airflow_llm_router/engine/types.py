@@ -21,7 +21,23 @@ __all__ = [
     "Rejection",
     "RouterSettings",
     "Wait",
+    "as_on_budget",
+    "as_priority",
 ]
+
+
+def as_priority(value: object, field_name: str = "priority") -> Priority:
+    """``value`` as a :data:`Priority`, or a ValueError naming ``field_name``."""
+    if value not in ("bulk", "hot"):
+        raise ValueError(f"{field_name}: {value!r} must be 'hot' or 'bulk'")
+    return value
+
+
+def as_on_budget(value: object, field_name: str = "on_budget") -> OnBudget:
+    """``value`` as an :data:`OnBudget`, or a ValueError naming ``field_name``."""
+    if value not in ("overflow", "wait"):
+        raise ValueError(f"{field_name}: {value!r} must be 'overflow' or 'wait'")
+    return value
 
 
 class RouterSettings(BaseModel):

@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_llm_router.engine.types import as_on_budget, as_priority
 from airflow_llm_router.operators.base import SolvingOperator, event_status
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.settings import SolveSettings
@@ -58,18 +59,15 @@ class SolvePromptsOperator(SolvingOperator[SolveSettings]):
         prompts = [self.prompt] if self.prompt is not None else list(self.prompts or [])
         if not prompts or not all(isinstance(p, str) and p for p in prompts):
             raise ValueError("prompts: give non-empty strings")
-        if self.priority not in ("hot", "bulk"):
-            raise ValueError(f"priority: {self.priority!r} must be 'hot' or 'bulk'")
-        if self.on_budget not in ("overflow", "wait"):
-            raise ValueError(f"on_budget: {self.on_budget!r} must be 'overflow' or 'wait'")
+        priority, on_budget = as_priority(self.priority), as_on_budget(self.on_budget)
         settings = self.parsed_settings()
         ti = context["ti"]
         base = f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}"
         items = [
             SolveItem(key=str(i), prompt=p, request_id=f"{base}:{i}",
                       models=tuple(self.models) if self.models else None,
-                      ordered=self.ordered_models, priority=self.priority,
-                      on_budget=self.on_budget)
+                      ordered=self.ordered_models, priority=priority,
+                      on_budget=on_budget)
             for i, p in enumerate(prompts)
         ]
         trigger = SolveTrigger(items=[i.to_dict() for i in items],

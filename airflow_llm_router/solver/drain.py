@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_llm_router.engine.types import as_on_budget, as_priority
 from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import Solver
@@ -64,8 +65,9 @@ def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
     for."""
     return [
         SolveItem(key=str(t.id), prompt=t.prompt, request_id=f"task-{t.id}:{t.claim_token}",
-                  models=t.allowed_models, ordered=True, priority=t.priority,
-                  kind=None if t.kind == DEFAULT_KIND else t.kind, on_budget=t.on_budget)
+                  models=t.allowed_models, ordered=True, priority=as_priority(t.priority),
+                  kind=None if t.kind == DEFAULT_KIND else t.kind,
+                  on_budget=as_on_budget(t.on_budget))
         for t in claimed
     ]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
+from airflow_llm_router.engine.types import OnBudget, Priority, as_on_budget, as_priority
+
 __all__ = ["ResultStatus", "SolveItem", "SolveResult"]
 
 ResultStatus = Literal["solved", "failed", "unfinished"]
@@ -33,10 +35,14 @@ class SolveItem:
     request_id: str
     models: tuple[str, ...] | None = None
     ordered: bool = True
-    priority: str = "bulk"
+    priority: Priority = "bulk"
     max_output_tokens: int | None = None
     kind: str | None = None
-    on_budget: str = "overflow"
+    on_budget: OnBudget = "overflow"
+
+    def __post_init__(self) -> None:
+        as_priority(self.priority)
+        as_on_budget(self.on_budget)
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)

@@ -132,9 +132,9 @@ class Solver:
                 input_tokens=tokens if cap is None else None,
                 estimated_tokens=None if cap is None else tokens + cap,
                 estimated_output_tokens=cap, models=item.models, ordered=item.ordered,
-                priority=item.priority,  # type: ignore[arg-type]
+                priority=item.priority,
                 request_id=f"{item.request_id}:{self.run_mark}:{calls + 1}",
-                kind=item.kind, on_budget=item.on_budget)  # type: ignore[arg-type]
+                kind=item.kind, on_budget=item.on_budget)
             asked = time.monotonic()
             try:
                 lease = await self.admitter.admit(request, max(0.0, self._left()))
