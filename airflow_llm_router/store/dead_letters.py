@@ -20,6 +20,8 @@ from airflow_llm_router.store.text_checks import text_problem
 
 #: Longest ``error_contains`` substring accepted (characters).
 MAX_ERROR_FILTER_CHARS = 200
+#: The largest task id (the store's ids are PostgreSQL bigints).
+MAX_TASK_ID = 2**63 - 1
 #: Longest ``actor``/``source`` a requeue records.
 MAX_ACTOR_CHARS = 256
 
@@ -69,9 +71,10 @@ def check_ids(ids: object) -> list[int]:
         raise TaskValidationError("ids", f"names {len(ids)} tasks; at most {REQUEUE_MAX} per "
                                          "call: split the list")
     for i, task_id in enumerate(ids):
-        if isinstance(task_id, bool) or not isinstance(task_id, int) or task_id < 1:
-            raise TaskValidationError(f"ids[{i}]", f"must be a positive integer task id, "
-                                                   f"got {task_id!r}")
+        if (isinstance(task_id, bool) or not isinstance(task_id, int)
+                or not 1 <= task_id <= MAX_TASK_ID):
+            raise TaskValidationError(f"ids[{i}]", f"must be a positive integer task id "
+                                                   f"(at most {MAX_TASK_ID}), got {task_id!r}")
     return sorted(set(ids))
 
 

@@ -187,6 +187,7 @@ def test_a_requeued_task_solves_through_the_claim_cycle_and_old_claims_stay_fenc
     (lambda s: s.requeue([], actor="a"), "ids"),
     (lambda s: s.requeue(["1"], actor="a"), "ids[0]"),
     (lambda s: s.requeue([1, True], actor="a"), "ids[1]"),
+    (lambda s: s.requeue([1, 2**63], actor="a"), "ids[1]"),  # past a bigint
     (lambda s: s.requeue(list(range(1, 10_002)), actor="a"), "ids"),
     (lambda s: s.requeue(actor="a"), "ids"),
     (lambda s: s.requeue([1], matching=DeadFilter(), actor="a"), "ids"),
