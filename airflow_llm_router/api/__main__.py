@@ -20,25 +20,19 @@ import logging
 import socket
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 import uvicorn
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_llm_router.api.errors import first_line
 from airflow_llm_router.api.standalone import Standalone, read_token
+from airflow_llm_router.cli import CliParser
 from airflow_llm_router.quotas.config import QuotaConfig
 
 #: Seconds an idle keep-alive connection stays open: longer than HTTP clients keep theirs
 #: (httpx: 5 s, uvicorn's own default too), so a client never reuses a connection the
 #: server is closing at that moment (a dropped request the client must send again).
 KEEP_ALIVE_S = 75
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not usage + message
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _port(value: str) -> int:
@@ -50,9 +44,9 @@ def _port(value: str) -> int:
 def _parser(config: QuotaConfig) -> argparse.ArgumentParser:
     """The parser; connections and the task store default to the ``[llm_router]`` config."""
     d = Standalone.from_config(config)
-    parser = _Parser(prog="python -m airflow_llm_router.api",
-                     description="Serve the LLM router's HTTP API (admission and task "
-                     "ingestion) with uvicorn, behind a bearer token.")
+    parser = CliParser(prog="python -m airflow_llm_router.api",
+                       description="Serve the LLM router's HTTP API (admission and task "
+                       "ingestion) with uvicorn, behind a bearer token.")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
                         "(default: %(default)s)")
     parser.add_argument("--port", type=_port, required=True, help="port (0: any free one)")

@@ -19,10 +19,10 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NoReturn
 
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_llm_router.cli import CliParser
 from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.exceptions import QuotaStoreError, QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
@@ -30,17 +30,11 @@ from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.loader import read_quota_file
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not usage + message
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _parser(config: QuotaConfig | None = None) -> argparse.ArgumentParser:
     """The parser; its help shows the defaults ``config`` (the ``[llm_router]`` options)
     gives."""
     d = config or QuotaConfig()
-    parser = _Parser(
+    parser = CliParser(
         prog="python -m airflow_llm_router.quotas",
         description="Manage the LLM router's durable quotas. Defaults come from the "
         "[llm_router] section of the Airflow config.")

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
+from airflow_llm_router.cli import CliParser
 from llm_router_devkit.demo.run import DemoOptions, main_guarded
 
 _DEFAULTS = DemoOptions()
@@ -20,12 +20,6 @@ AS_IS_REFUSAL = (
     "--designs as-is router (docs/benchmarks.md)")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not usage + message
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _dag(name: str) -> str:
     """The drain DAG's name; the old design's gets the reason and the benchmark's command."""
     if name == "as_is_baseline":
@@ -35,7 +29,7 @@ def _dag(name: str) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     d = _DEFAULTS
-    parser = _Parser(
+    parser = CliParser(
         prog="python -m llm_router_devkit.demo",
         description="Drain a seeded backlog through Airflow, the router and the Models Backend "
         "simulator, and report traffic per model against its limits.",
