@@ -64,6 +64,11 @@ local function spend_load(owners)
   end
 end
 
+-- A model's budget period (ms), and the start of the period of length `per` now is in
+-- (periods are aligned to multiples of their length since the epoch).
+local function model_period(q) return q.bper or DAY_MS end
+local function period_start(per) return NOW - NOW % per end
+
 -- Owner o's spend in the period starting at `start`, begun (in memory) if it is new: the
 -- current one becomes the previous, the one before that is forgotten.
 local function spend_current(o, start)
@@ -104,12 +109,12 @@ local function budget_wait(m, q, need)
   spend_load({m, '*'})
   local cost, wait = need_cost(q, need), 0
   if q.bud then
-    local per = q.bper or DAY_MS
-    local start = NOW - NOW % per
+    local per = model_period(q)
+    local start = period_start(per)
     if spend_current(m, start).c + cost > q.bud then wait = start + per - NOW end
   end
   if TOTAL.b then
-    local start = NOW - NOW % TOTAL.per
+    local start = period_start(TOTAL.per)
     if spend_current('*', start).c + cost > TOTAL.b then
       wait = math.max(wait, start + TOTAL.per - NOW)
     end
@@ -123,8 +128,8 @@ end
 local function budget_reserve(m, q, need)
   if not budget_priced(q) then return nil end
   spend_load({m, '*'})
-  local cost, per = need_cost(q, need), q.bper or DAY_MS
-  local ms, ts = NOW - NOW % per, NOW - NOW % TOTAL.per
+  local cost = need_cost(q, need)
+  local ms, ts = period_start(model_period(q)), period_start(TOTAL.per)
   local s, tot = spend_current(m, ms), spend_current('*', ts)
   s.c, s.r, s.dirty = s.c + cost, s.r + cost, true
   tot.c, tot.r, tot.dirty = tot.c + cost, tot.r + cost, true
@@ -207,7 +212,7 @@ end
 -- as decimal strings: cjson writes numbers with 14 significant digits, money needs them all.
 local function spend_view(o, per, budget)
   spend_load({o})
-  local start, s = NOW - NOW % per, SPEND[o]
+  local start, s = period_start(per), SPEND[o]
   local c, r = 0, 0
   if s.s == start then c, r = s.c, s.r end
   return {budget = budget and int(budget), committed = int(c), reserved = int(r),
@@ -217,7 +222,7 @@ end
 -- A model's spend (nil when unpriced) and the router-wide total, for stats.
 local function budget_view(m, q)
   if not budget_priced(q) then return nil end
-  return spend_view(m, q.bper or DAY_MS, q.bud)
+  return spend_view(m, model_period(q), q.bud)
 end
 
 local function budget_total_view()
