@@ -83,3 +83,10 @@ class ReplicationLagError(RouterError, ConnectionError):
     failover in progress), and a failover would lose it. Its admissions are not handed out;
     retry, as for a lost connection (the clients ask Sentinel again on the next refusal).
     """
+
+
+class SlotMigrationError(RouterError, ConnectionError):
+    """Redis Cluster kept refusing a router script (``TRYAGAIN``) for longer than the
+    client waits: the namespace's slot is being migrated between nodes and the move did not
+    finish in time (or was left half done: ``redis-cli --cluster fix`` completes it).
+    Nothing of the refused call was applied; retry, as for a lost connection."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TypeVar
 
+import redis
 import redis.asyncio as aioredis
 
 from airflow_llm_router.engine.api import AsyncDriver, RouterAPI, single_decision
@@ -14,6 +15,7 @@ from airflow_llm_router.engine.merger import ScriptMerger
 from airflow_llm_router.engine.releases import RELEASE_HELPS, ReleaseListener
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
+from airflow_llm_router.engine.slots import SlotRetry, refused_by_migration
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 
 __all__ = ["AsyncRouterClient"]
@@ -65,10 +67,17 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
         return await self._script(action)
 
     async def _script(self, action: Script) -> Any:
-        keys, args = [self.core.keys.prefix], [self.core.settings_arg, *action.argv()]
+        keys, args = self.core.script_keys(action), [self.core.settings_arg, *action.argv()]
         wait = self.core.wait_args(action.op)
         if wait is None:
-            return await self._scripts[action.op](keys=keys, args=args)
+            retry = SlotRetry(action.op, self.core.settings.namespace)
+            while True:
+                try:
+                    return await self._scripts[action.op](keys=keys, args=args)
+                except redis.RedisError as err:
+                    if not refused_by_migration(err):
+                        raise
+                    await asyncio.sleep(retry.pause(err))
         # the WAIT must follow the script on the same connection: one pipeline
         pipe = self.redis.pipeline(transaction=False)
         await self._scripts[action.op](keys=keys, args=args, client=pipe)

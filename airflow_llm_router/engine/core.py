@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -23,8 +23,9 @@ from airflow_llm_router.engine.history import (
     RouterHistory,
     history_span_ms,
 )
-from airflow_llm_router.engine.keys import RouterKeys
+from airflow_llm_router.engine.keys import RouterKeys, lease_model
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_model_name
+from airflow_llm_router.engine.scripts import model_keys
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import (
     Admission,
@@ -33,7 +34,7 @@ from airflow_llm_router.engine.types import (
     RouterSettings,
     Wait,
 )
-from airflow_llm_router.exceptions import ReplicationLagError
+from airflow_llm_router.exceptions import ReplicationLagError, RouterError
 
 __all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step", "encode_request"]
 
@@ -44,6 +45,9 @@ Decision = Admission | Wait | Rejection
 #: Redis thread and the arguments of its batched Redis calls.
 ADMIT_CHUNK = 256
 _COMPLETE_STATUS = {0: "unknown", 1: "released", 2: "settled"}
+#: Times a call that may touch every model re-reads the list of models after the script
+#: found one it did not declare (added since), before giving up.
+STALE_RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -52,11 +56,13 @@ class Script:
 
     List operations (admit, complete, heartbeat, sent) carry their ``items`` instead: one
     JSON list, one reply entry per item, so a client may merge concurrent calls.
+    ``models``: every model whose keys the call may touch (declared in ``KEYS``).
     """
 
     op: str
     args: tuple[Any, ...] = ()
     items: tuple[Any, ...] | None = None
+    models: tuple[str, ...] = ()
 
     def argv(self) -> tuple[Any, ...]:
         if self.items is None:
@@ -83,12 +89,23 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _unique(names: Any) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
+
+
+def _lease_models(lease_ids: Sequence[str]) -> tuple[str, ...]:
+    return _unique(m for m in map(lease_model, lease_ids) if m is not None)
+
+
 class RouterCore:
     """Policy of one router namespace, shared by :class:`RouterClient` and the async client."""
 
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
         self.keys = RouterKeys(settings.namespace)
+        #: The models with a quota, as last read: declared by calls that may touch any
+        #: model; re-read when a script finds one missing (:meth:`_any_model`).
+        self.models: tuple[str, ...] | None = None
         s = settings
         self.settings_arg = "|".join([
             *(str(int(v)) for v in (
@@ -105,6 +122,37 @@ class RouterCore:
             f"{s.guard_share:.6f}",
             f"{s.hot_share:.6f}",
         ])
+
+    def script_keys(self, action: Script) -> list[str]:
+        """``KEYS`` of a script call: the router-wide keys and, for each of its models, the
+        per-model keys its operation uses."""
+        return self.keys.script_keys(model_keys(action.op), action.models)
+
+    def read_models(self) -> Step[tuple[str, ...]]:
+        """Re-read the models with a quota (:attr:`models`)."""
+        raw = yield Command(("HKEYS", self.keys.router("K_QUOTAS")))
+        self.models = tuple(sorted(_text(m) for m in raw or ()))
+        return self.models
+
+    def _any_model(self, call: Callable[[tuple[str, ...]], Step[T]],
+                   stale: Callable[[T], bool]) -> Step[T]:
+        """Run ``call(models)``, a step declaring ``models`` (every model with a quota, as
+        last read), again with the models re-read while ``stale(reply)`` says the script
+        met a model it had not declared."""
+        known = self.models
+        if known is None:
+            known = yield from self.read_models()
+        for _ in range(STALE_RETRIES):
+            reply = yield from call(known)
+            if not stale(reply):
+                return reply
+            known = yield from self.read_models()
+        reply = yield from call(known)
+        if stale(reply):
+            raise RouterError(
+                f"router namespace {self.settings.namespace!r}: models were added faster "
+                f"than this client could declare them ({STALE_RETRIES + 1} tries); retry")
+        return reply
 
     def wait_args(self, op: str) -> tuple[Any, ...] | None:
         """The ``WAIT`` to send after ``op`` on the same connection, or None."""
@@ -137,7 +185,9 @@ class RouterCore:
         validate_model_name(model)
         if not isinstance(quota, ModelQuota):
             quota = ModelQuota.parse(quota)
-        created = yield Script("set_quota", (model, quota.to_redis()))
+        created = yield Script("set_quota", (model, quota.to_redis()), models=(model,))
+        if self.models is not None and model not in self.models:
+            self.models = (*self.models, model)
         return bool(created)
 
     def get_quotas(self) -> Step[dict[str, ModelQuota]]:
@@ -150,7 +200,7 @@ class RouterCore:
         return None if raw is None else ModelQuota.from_redis(raw)
 
     def delete_quota(self, model: str) -> Step[bool]:
-        deleted = yield Script("delete_quota", (model,))
+        deleted = yield Script("delete_quota", (model,), models=(model,))
         return bool(deleted)
 
     def set_budget(self, budget: RouterBudget | dict[str, Any] | None) -> Step[None]:
@@ -170,9 +220,24 @@ class RouterCore:
         decisions: list[Decision] = []
         for start in range(0, len(requests), ADMIT_CHUNK):
             chunk = requests[start : start + ADMIT_CHUNK]
-            reply = yield Script("admit", items=tuple(encode_request(r) for r in chunk))
+            reply = yield from self._admit_chunk(chunk)
             decisions.extend(self._decode(r, d) for r, d in zip(chunk, reply, strict=True))
         return decisions
+
+    def _admit_chunk(self, chunk: Sequence[AdmitRequest]) -> Step[Any]:
+        """One admit call: it declares the models the requests name and, if any may go to
+        any model, every model known (re-read if the script meets one added since)."""
+        items = tuple(encode_request(r) for r in chunk)
+        named = _unique(m for r in chunk for m in r.models or ())
+
+        def admit(known: tuple[str, ...]) -> Step[Any]:
+            reply = yield Script("admit", items=items, models=_unique((*named, *known)))
+            return reply
+
+        if all(r.models is not None for r in chunk):
+            return (yield from admit(()))
+        return (yield from self._any_model(
+            admit, lambda reply: any(_text(d[0]) == "S" for d in reply)))
 
     def _decode(self, request: AdmitRequest, reply: Sequence[Any]) -> Decision:
         kind = _text(reply[0])
@@ -197,7 +262,8 @@ class RouterCore:
     def heartbeat_many(self, lease_ids: Sequence[str]) -> Step[list[float | None]]:
         if not lease_ids:
             return []
-        reply = yield Script("heartbeat", items=tuple(lease_ids))
+        reply = yield Script("heartbeat", items=tuple(lease_ids),
+                             models=_lease_models(lease_ids))
         return [None if int(ttl) < 0 else int(ttl) / 1000 for ttl in reply]
 
     def complete_many(self, completions: Sequence[Completion]) -> Step[list[str]]:
@@ -207,14 +273,15 @@ class RouterCore:
         statuses: list[str] = []
         for start in range(0, len(completions), ADMIT_CHUNK):
             chunk = completions[start : start + ADMIT_CHUNK]
-            reply = yield Script("complete", items=tuple(encode_completion(c) for c in chunk))
+            reply = yield Script("complete", items=tuple(encode_completion(c) for c in chunk),
+                                 models=_lease_models([c.lease_id for c in chunk]))
             statuses.extend(_COMPLETE_STATUS[int(x)] for x in reply)
         return statuses
 
     def mark_sent(self, lease_ids: Sequence[str]) -> Step[int]:
         if not lease_ids:
             return 0
-        moved = yield Script("sent", items=tuple(lease_ids))
+        moved = yield Script("sent", items=tuple(lease_ids), models=_lease_models(lease_ids))
         return sum(int(m) for m in moved)
 
     def cancel(self, request_ids: Sequence[str]) -> Step[int]:
@@ -230,10 +297,18 @@ class RouterCore:
         return bool(mode)
 
     def stats(self, models: Sequence[str] | None = None) -> Step[RouterStats]:
-        arg = json.dumps(list(models)) if models else "0"
-        raw = yield Script("stats", (arg,))
+        def read(names: tuple[str, ...], arg: str) -> Step[Any]:
+            reply = yield Script("stats", (arg,), models=names)
+            return json.loads(_text(reply))
+
+        if models:
+            names = _unique(models)
+            doc = yield from read(names, json.dumps(list(names)))
+        else:  # every model with a quota
+            doc = yield from self._any_model(lambda known: read(known, "0"),
+                                             lambda doc: "stale" in doc)
         quotas = yield from self.get_quotas()
-        return RouterStats.from_reply(json.loads(_text(raw)), quotas)
+        return RouterStats.from_reply(doc, quotas)
 
     def history(self, models: Sequence[str] | None = None,
                 minutes: int = 60) -> Step[RouterHistory]:
@@ -247,7 +322,8 @@ class RouterCore:
         replies = []
         for start in range(0, max(1, len(names)), HISTORY_MODELS_PER_CALL):
             chunk = names[start : start + HISTORY_MODELS_PER_CALL]
-            replies.append((yield Script("history", (json.dumps(chunk), span))))
+            replies.append((yield Script("history", (json.dumps(chunk), span),
+                                         models=tuple(chunk))))
         return RouterHistory.from_replies(replies, span)
 
     def advice(

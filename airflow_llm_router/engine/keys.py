@@ -1,20 +1,27 @@
 """Every Redis key and channel name the router uses, in one place.
 
 All keys of one router namespace share the Redis Cluster hash tag ``{namespace}``, so every
-script touches a single slot. The Lua scripts receive only the prefix (``KEYS[1]``) and
-derive the rest from the names below: :func:`lua_key_prelude` turns this module into the Lua
-that does so, so the names are written once.
+script touches a single slot. Every key a script touches is declared to it in ``KEYS``
+(:meth:`RouterKeys.script_keys`): the router-wide keys, then the per-model keys the
+operation uses of each model the call may touch. During a slot migration Redis decides
+from the declared keys whether a script may run on a node (all present), must be retried
+(some missing: ``TRYAGAIN``) or asked elsewhere (none: ``ASK``), so a script never runs on
+a node that holds only part of the state. :func:`lua_key_prelude` turns this module into
+the Lua that binds the names from ``KEYS``, so the names are written once; a per-model key
+of a model that was not declared raises instead of being touched.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
 __all__ = [
     "MODEL_KEYS",
     "NAMESPACE_RE",
     "ROUTER_KEYS",
     "RouterKeys",
+    "lease_model",
     "lua_key_prelude",
 ]
 
@@ -56,10 +63,10 @@ MODEL_KEYS: dict[str, str] = {
     "K_WIN": "win:",  # ZSET lease id -> admission time ms (the sliding-window log)
     "K_WTOK": "wtok:",  # HASH lease id -> "sum:in:out" tokens; "_s", "_i", "_o" totals
     "K_LIVE": "live:",  # ZSET lease id -> lease expiry ms (in-flight calls)
-    "K_OBS": "obs:",  # LIST recent actual output tokens (newest first, capped); also
-    #                  "obs:<model>|k|<kind>" for one task kind (lib/kinds.lua)
+    "K_OBS": "obs:",  # LIST recent actual output tokens (newest first, capped)
     # HASH per task kind: "o|<kind>" output estimate, "l|<kind>" latency ms, "n|<kind>"
-    #      outputs observed, "t|<kind>" last seen ms (bounded, expiring: lib/kinds.lua)
+    #      outputs observed, "t|<kind>" last seen ms, "w|<kind>" its recent outputs
+    #      (bounded, expiring: lib/kinds.lua)
     "K_KIND": "kinds:",
     # HASH traffic history: bucket number -> packed values (bounded, expiring:
     #      lib/history.lua)
@@ -67,6 +74,15 @@ MODEL_KEYS: dict[str, str] = {
 }
 
 RELEASED_CHANNEL = "released"
+
+#: A lease id is "<model>#<number>" (admit.lua); the same rule as prelude.lua's split_model.
+_LEASE_ID = re.compile(r"^(.*)#[0-9]+$", re.DOTALL)
+
+
+def lease_model(lease_id: str) -> str | None:
+    """The model of a lease id, or None for an id the scripts would not split either."""
+    found = _LEASE_ID.match(lease_id)
+    return found.group(1) if found else None
 
 
 class RouterKeys:
@@ -87,19 +103,48 @@ class RouterKeys:
     def model(self, name: str, model: str) -> str:
         return self.prefix + MODEL_KEYS[name] + model
 
+    def script_keys(self, model_keys: Sequence[str], models: Iterable[str]) -> list[str]:
+        """``KEYS`` of one script call: every router-wide key, then ``model_keys`` (names of
+        :data:`MODEL_KEYS`, in that order) of each of ``models``."""
+        keys = [self.prefix + suffix for suffix in ROUTER_KEYS.values()]
+        infixes = [self.prefix + MODEL_KEYS[name] for name in model_keys]
+        for model in models:
+            keys += [infix + model for infix in infixes]
+        return keys
+
     @property
     def released_channel(self) -> str:
         """Pub/sub channel on which every release of capacity is announced."""
         return self.prefix + RELEASED_CHANNEL
 
 
-def lua_key_prelude() -> str:
-    """Lua that binds every key name from ``KEYS[1]``, the namespace prefix."""
+def lua_key_prelude(model_keys: Sequence[str] = tuple(MODEL_KEYS)) -> str:
+    """Lua that binds every key name from ``KEYS`` (laid out by
+    :meth:`RouterKeys.script_keys` with the same ``model_keys``) and the set ``DECLARED`` of
+    the models whose keys were passed. The per-model key functions raise for a model not
+    in it: touching an undeclared key would let Redis run the script on a node that lacks
+    it during a slot migration."""
+    first = next(iter(ROUTER_KEYS.values()))
     lines = ["-- Generated from airflow_llm_router/engine/keys.py: key names live there.",
-             "local P = KEYS[1]"]
-    for var, suffix in ROUTER_KEYS.items():
-        lines.append(f"local {var} = P .. '{suffix}'")
-    for fn, infix in MODEL_KEYS.items():
-        lines.append(f"local function {fn}(m) return P .. '{infix}' .. m end")
+             f"local P = string.sub(KEYS[1], 1, -{len(first) + 1})"]
+    for k, var in enumerate(ROUTER_KEYS, start=1):
+        lines.append(f"local {var} = KEYS[{k}]")
+    lines.append("local DECLARED = {}")
+    if model_keys:
+        start, infix = len(ROUTER_KEYS) + 1, MODEL_KEYS[model_keys[0]]
+        lines += [
+            f"for i = {start}, #KEYS, {len(model_keys)} do",
+            f"  DECLARED[string.sub(KEYS[i], #P + {len(infix) + 1})] = true",
+            "end",
+            "local function declared(m)",
+            "  if not DECLARED[m] then",
+            "    error('llm-router: the keys of model ' .. m .. ' were not declared to this "
+            "script')",
+            "  end",
+            "  return m",
+            "end",
+        ]
+    for fn in model_keys:
+        lines.append(f"local function {fn}(m) return P .. '{MODEL_KEYS[fn]}' .. declared(m) end")
     lines.append(f"local CHANNEL = P .. '{RELEASED_CHANNEL}'")
     return "\n".join(lines) + "\n"

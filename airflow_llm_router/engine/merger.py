@@ -39,7 +39,8 @@ class ScriptMerger:
 
     async def _send(self, op: str, actions: list[Script]) -> list[list[Any]]:
         items = tuple(item for action in actions for item in action.items or ())
-        reply = await self._run(Script(op, items=items))
+        models = tuple(dict.fromkeys(m for action in actions for m in action.models))
+        reply = await self._run(Script(op, items=items, models=models))
         out, start = [], 0
         for action in actions:
             n = len(action.items or ())

@@ -13,6 +13,7 @@ from airflow_llm_router.engine.connect import sync_redis, target_from_url
 from airflow_llm_router.engine.core import Command, RouterCore, Script
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
+from airflow_llm_router.engine.slots import SlotRetry, refused_by_migration
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 
 __all__ = ["RouterClient"]
@@ -53,10 +54,17 @@ class RouterClient(RouterAPI, SyncDriver):
             return self.redis.execute_command(*action.args)
         if isinstance(action, LoadQuotas):
             return self._load_quotas()
-        keys, args = [self.core.keys.prefix], [self.core.settings_arg, *action.argv()]
+        keys, args = self.core.script_keys(action), [self.core.settings_arg, *action.argv()]
         wait = self.core.wait_args(action.op)
         if wait is None:
-            return self._scripts[action.op](keys=keys, args=args)
+            retry = SlotRetry(action.op, self.core.settings.namespace)
+            while True:
+                try:
+                    return self._scripts[action.op](keys=keys, args=args)
+                except redis.RedisError as err:
+                    if not refused_by_migration(err):
+                        raise
+                    time.sleep(retry.pause(err))
         # the WAIT must follow the script on the same connection: one pipeline
         pipe = self.redis.pipeline(transaction=False)
         self._scripts[action.op](keys=keys, args=args, client=pipe)

@@ -10,7 +10,20 @@
 --                output, for the kind if given; the lease records the kind: lib/kinds.lua)
 -- Reply per request: {'A', model, lease id, ttl ms, reused 0/1} | {'W', wait ms, reason}
 --                    | {'E', reason, model or ''}
+--                    | {'S', model}: nothing decided, a request may go to any model and
+--                      this model's keys were not declared (re-read the models, retry)
 local reqs = cjson.decode(ARGV[2])
+for _, r in ipairs(reqs) do
+  if type(r[7]) ~= 'table' then
+    local m = undeclared_model()
+    if m then
+      local stale = {}
+      for k = 1, #reqs do stale[k] = {'S', m} end
+      return stale
+    end
+    break
+  end
+end
 
 -- This call's new leases and request ids, written with one HSET each at the end.
 local NEW_LEASES, NEW_RIDS, ADMITTED = {}, {}, {}
@@ -33,6 +46,9 @@ local function reuse(req)
   lid = redis.call('HGET', K_REQUESTS, req.rid)
   if not lid then return nil end
   local m = split_model(lid)
+  -- a lease on a model the caller did not declare (not among the request's models now)
+  -- is not handed out again: the request gets a lease on a model it allows
+  if not DECLARED[m] then return nil end
   local exp = redis.call('ZSCORE', K_LIVE(m), lid)
   if not exp or tonumber(exp) <= NOW then return nil end
   return {'A', m, lid, tonumber(exp) - NOW, 1}

@@ -1,6 +1,7 @@
 -- stats: per-model usage in the current window and counters, as JSON. Loading a model
 -- reclaims its expired leases and trims its window first, so the figures are current.
--- ARGV[2]: JSON [model, ...] or 0 for every model with a quota.
+-- ARGV[2]: JSON [model, ...] or 0 for every model with a quota (whose keys must all be
+-- declared: else the reply is {stale = model}).
 -- latency_ms: the learned call latency (ms, EWMA of released 'ok' calls), else the quota's
 -- prior expected_latency_s (the 'lat' field, s) in ms, else absent.
 -- share: the learned share of the quota admission holds the model to (1: the quota);
@@ -11,7 +12,11 @@
 -- spend: a priced model's current budget period, total: the router-wide one
 -- ({budget?, committed, reserved, period_ms, period_start_ms}, micro-dollars: lib/budget.lua).
 local names = cjson.decode(ARGV[2])
-if type(names) ~= 'table' then names = model_names() end
+if type(names) ~= 'table' then
+  names = model_names()
+  local m = undeclared_model()
+  if m then return cjson.encode({stale = m}) end  -- the caller re-reads the models, retries
+end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
                   'expired', 'breaker_opened', 'limit_cuts', 'guard_widened'}
 local out = {}

@@ -70,7 +70,8 @@ class LoggedRouterClient(RouterClient):
             return super()._run(action)
         pipe = self.redis.pipeline(transaction=True)
         pipe.time()
-        pipe.evalsha(self._shas[action.op], 1, self.core.keys.prefix,
+        keys = self.core.script_keys(action)
+        pipe.evalsha(self._shas[action.op], len(keys), *keys,
                      self.core.settings_arg, *action.argv())
         now, reply = pipe.execute()
         self.log.record(action.op, action.argv(), _time_us(now), reply)
@@ -88,7 +89,8 @@ class LoggedAsyncRouterClient(AsyncRouterClient):
             return await super()._script(action)
         pipe = self.redis.pipeline(transaction=True)
         pipe.time()
-        pipe.evalsha(self._shas[action.op], 1, self.core.keys.prefix,
+        keys = self.core.script_keys(action)
+        pipe.evalsha(self._shas[action.op], len(keys), *keys,
                      self.core.settings_arg, *action.argv())
         now, reply = await pipe.execute()
         self.log.record(action.op, action.argv(), _time_us(now), reply)

@@ -93,11 +93,11 @@ def test_kinds_per_model_are_bounded_and_expire(router: RouterClient, redis_url:
     keys = RouterKeys(namespace)
     r = redis.Redis.from_url(redis_url)
     try:
-        assert not r.exists(keys.model("K_OBS", "a|k|k0"))  # its observations went with it
-        assert r.llen(keys.model("K_OBS", "a|k|k32")) == 1
-        day_ms = 86_400_000
-        for key in (keys.model("K_KIND", "a"), keys.model("K_OBS", "a|k|k32")):
-            assert 0 < r.pttl(key) <= day_ms  # forgotten a day after last seen
+        kind_hash = keys.model("K_KIND", "a")
+        assert not r.hexists(kind_hash, "w|k0")  # its observations went with it
+        assert r.hget(kind_hash, "w|k32") == b"33"  # kept in the model's hash: no key per kind
+        assert r.hget(kind_hash, "o|k32") == b"33"
+        assert 0 < r.pttl(kind_hash) <= 86_400_000  # forgotten a day after last seen
     finally:
         r.close()
 

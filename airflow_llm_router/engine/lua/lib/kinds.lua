@@ -3,8 +3,9 @@
 -- (a summary, an essay) differ far less from each other than the model's mix does, so a
 -- kind's own percentile reserves less for short kinds and enough for long ones.
 -- Per model, K_KIND(m) holds "o|<kind>" (output estimate), "l|<kind>" (latency ms),
--- "n|<kind>" (outputs observed) and "t|<kind>" (last seen ms); a kind's recent outputs are
--- the list K_OBS(m .. '|k|' .. kind) (model names hold no '|': no clash with a model's).
+-- "n|<kind>" (outputs observed), "t|<kind>" (last seen ms) and "w|<kind>" (its recent
+-- outputs, newest first, comma-separated: a field of the model's hash rather than a key
+-- per kind, so every key a script touches is one the client declared for the model).
 -- Bounded: at most KIND_MAX kinds per model (the least recently seen is dropped) and each
 -- forgotten KIND_TTL after it was last seen, so free-form labels cannot grow Redis.
 local OBSERVED = 64
@@ -66,10 +67,31 @@ local function kind_bound(m, new)
   local drop = math.max(0, #seen + 1 - KIND_MAX)
   for k, e in ipairs(seen) do
     if k <= drop or NOW - e[2] > KIND_TTL then
-      redis.call('HDEL', h, 'o|' .. e[1], 'l|' .. e[1], 'n|' .. e[1], 't|' .. e[1])
-      redis.call('DEL', K_OBS(m .. '|k|' .. e[1]))
+      redis.call('HDEL', h, 'o|' .. e[1], 'l|' .. e[1], 'n|' .. e[1], 't|' .. e[1],
+                 'w|' .. e[1])
     end
   end
+end
+
+-- Add `outputs` to the kind's recent outputs (h['w|' .. kind], kept to OBSERVED) and, if
+-- `recompute`, store their 95th percentile in h['o|' .. kind].
+local function kind_p95(h, kind, outputs, recompute)
+  local f = 'w|' .. kind
+  local seen = {}
+  for k = #outputs, 1, -1 do seen[#seen + 1] = int(outputs[k]) end
+  local cur = redis.call('HGET', h, f)
+  if cur then
+    for x in string.gmatch(cur, '%d+') do
+      if #seen >= OBSERVED then break end
+      seen[#seen + 1] = x
+    end
+  end
+  while #seen > OBSERVED do seen[#seen] = nil end
+  redis.call('HSET', h, f, table.concat(seen, ','))
+  if not recompute then return end
+  for k = 1, #seen do seen[k] = tonumber(seen[k]) end
+  table.sort(seen)
+  redis.call('HSET', h, 'o|' .. kind, seen[math.max(1, math.ceil(#seen * 0.95))])
 end
 
 -- Learn from one model's settled calls of one kind: outputs (tokens) and latencies (ms).
@@ -80,10 +102,7 @@ local function kind_observe(m, kind, outputs, latencies)
   if #outputs > 0 then
     local n = redis.call('HINCRBY', h, 'n|' .. kind, #outputs)
     local before = n - #outputs
-    local key = K_OBS(m .. '|k|' .. kind)
-    observe_p95(key, h, 'o|' .. kind, outputs,
-                before < 32 or math.floor(n / 8) > math.floor(before / 8))
-    redis.call('PEXPIRE', key, KIND_TTL)
+    kind_p95(h, kind, outputs, before < 32 or math.floor(n / 8) > math.floor(before / 8))
   end
   redis.call('PEXPIRE', h, KIND_TTL)
 end

@@ -77,6 +77,16 @@ local function model_names()
   return NAMES
 end
 
+-- A model with a quota whose keys the caller did not declare (its list of models is
+-- stale: the model was added since it read it), or nil. A script that may touch every
+-- model answers 'stale' before it writes anything; the client re-reads the list, retries.
+local function undeclared_model()
+  for _, m in ipairs(model_names()) do
+    if not DECLARED[m] then return m end
+  end
+  return nil
+end
+
 -- Admissions' writes to their model's keys wait in st.pend until a read of those keys
 -- needs them (model_flush) or the call ends: a batch then costs one ZADD per sorted set
 -- and one HSET of window tokens per model, not five calls per admission.
