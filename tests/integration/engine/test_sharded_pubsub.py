@@ -11,9 +11,6 @@ the sharded one.)"""
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import subprocess
 import threading
 import time
 import uuid
@@ -32,6 +29,7 @@ from airflow_llm_router.engine import (
 )
 from airflow_llm_router.engine.keys import RouterKeys
 from llm_router_devkit.redis_tools import LocalCluster
+from tests.integration.engine.clusters import SERVER_DIRS, SERVER_IDS, cluster_of
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -39,38 +37,10 @@ pytestmark = pytest.mark.timeout(90)
 ONE_SLOT = {"rpm": 100, "tpm": 10_000, "max_concurrency": 1, "window_s": 60}
 
 
-def _server_dirs() -> list[str]:
-    """One PATH folder per major version of ``redis-server`` found on PATH (the test
-    command's 6.2 from the virtualenv, Debian's 7 in /usr/bin), so the clusters are made
-    of each kind and both pub/sub paths run."""
-    found: dict[str, str] = {}
-    for folder in os.environ.get("PATH", "").split(os.pathsep):
-        binary = os.path.join(folder, "redis-server")
-        if folder and os.access(binary, os.X_OK):
-            out = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                                 check=False).stdout
-            major = re.search(r"v=(\d+)\.", out)
-            if major:
-                found.setdefault(major.group(1), folder)
-    return list(found.values())
-
-
-_DIRS = _server_dirs()
-
-
-@pytest.fixture(scope="module", params=_DIRS,
-                ids=[f"redis-server-in-{d.strip('/').replace('/', '-')}" for d in _DIRS])
+@pytest.fixture(scope="module", params=SERVER_DIRS, ids=SERVER_IDS)
 def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    path = os.environ["PATH"]
-    os.environ["PATH"] = request.param + os.pathsep + path  # the nodes' redis-server
-    try:
-        c = LocalCluster(3).__enter__()
-    finally:
-        os.environ["PATH"] = path
-    try:
+    with cluster_of(request.param) as c:
         yield c
-    finally:
-        c.__exit__(None, None, None)
 
 
 def _settings() -> RouterSettings:

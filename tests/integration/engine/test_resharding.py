@@ -1,0 +1,257 @@
+"""The router's slot moves to another node of a 3-master cluster while threads admit and
+complete: the migration is done by hand as ``redis-cli --cluster reshard`` does it
+(``CLUSTER SETSLOT`` IMPORTING / MIGRATING, ``MIGRATE`` of the keys, ``SETSLOT NODE``):
+paced, one key at a time, each ``MIGRATE`` waiting until the traffic has sent more scripts
+to the nodes, so scripts arrive at every stage of the move; and at full speed, ten keys
+per ``MIGRATE`` as ``redis-cli`` moves them, which shows what a move costs the traffic.
+
+Every key a script touches is declared to it, so Redis refuses a script (``TRYAGAIN``, or
+``ASK`` and then ``TRYAGAIN`` on the new node) while the namespace's keys are split or any
+is missing, and the client retries it; no script runs on a node that holds only part of
+the state. Checked against the test's own log of admissions (client clock, each
+admission's send and reply time): no window over its target, no lease id handed out
+twice, nothing rejected or failed, and admissions resume once the slot has moved. With
+only the prefix declared (the engine before), scripts ran on the new node with half the
+state: "unknown model" rejections, lease ids handed out again, windows over target.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from airflow_llm_router.engine import (
+    Admission,
+    AdmitRequest,
+    RouterClient,
+    RouterSettings,
+    Wait,
+    slots,
+)
+from airflow_llm_router.exceptions import SlotMigrationError
+from llm_router_devkit.redis_tools import LocalCluster
+from tests.integration.engine.clusters import SERVER_DIRS, SERVER_IDS, cluster_of
+
+pytestmark = pytest.mark.timeout(240)
+
+RPM, WINDOW_S = 12, 0.5
+QUOTA = {"rpm": RPM, "tpm": 10**9, "max_concurrency": 4, "window_s": WINDOW_S}
+MODELS = ("a", "b")
+THREADS = 6
+#: scripts the nodes must have seen between two MIGRATEs (each thread's next attempt)
+PROGRESS = 3
+#: admissions wanted after the move, before the traffic stops
+AFTER = 3 * RPM
+
+
+@pytest.fixture(scope="module", params=SERVER_DIRS, ids=SERVER_IDS)
+def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    with cluster_of(request.param) as c:
+        yield c
+
+
+@dataclass
+class Traffic:
+    """Threads admitting (half name a model, half take any) and completing at once."""
+
+    url: str
+    settings: RouterSettings
+    #: (model, lease id, sent, answered): monotonic seconds on the test's clock
+    log: list[tuple[str, str, float, float]] = field(default_factory=list)
+    #: when each decision (admission or wait) was answered
+    answered: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    moved: threading.Event = field(default_factory=threading.Event)
+    after: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def run(self, k: int) -> None:
+        router = RouterClient.from_url(self.url, self.settings)
+        models = (MODELS[k % 2],) if k % 3 else None
+        try:
+            while not self.stop.is_set():
+                self._once(router, models)
+        finally:
+            router.close()
+
+    def _once(self, router: RouterClient, models: tuple[str, ...] | None) -> None:
+        sent = time.monotonic()
+        try:
+            got = router.admit_many([AdmitRequest(1, models=models)])[0]
+            answered = time.monotonic()
+            self.answered.append(answered)
+            if isinstance(got, Admission):
+                assert router.complete(got.lease_id, 1, 1) == "released"
+        except Exception as err:  # every failure is one of the test's findings
+            self._note(f"{type(err).__name__}: {err}")
+            self.stop.wait(0.05)
+            return
+        if isinstance(got, Admission):
+            with self.changed:
+                self.log.append((got.model, got.lease_id, sent, answered))
+                self.after += self.moved.is_set()
+                self.changed.notify_all()
+        elif isinstance(got, Wait):
+            self.stop.wait(got.retry_after_ms / 1000)
+        else:
+            self._note(f"rejected: {got.reason} {got.detail}")
+            self.stop.wait(0.05)
+
+    def _note(self, problem: str) -> None:
+        with self.changed:
+            self.problems.append(problem)
+
+    def wait_for(self, check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+        with self.changed:
+            assert self.changed.wait_for(check, timeout_s), f"{what}: not within {timeout_s} s"
+
+
+def _progress(nodes: list[redis.Redis]) -> int:
+    """Scripts the nodes have run or refused: EVALSHA calls and every error reply
+    (TRYAGAIN, ASK, MOVED) they counted."""
+    total = 0
+    for node in nodes:
+        total += int(node.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+        total += sum(int(v["count"]) for v in node.info("errorstats").values())
+    return total
+
+
+def _await_progress(nodes: list[redis.Redis], since: int, traffic: Traffic) -> None:
+    deadline = time.monotonic() + 30
+    while _progress(nodes) < since + PROGRESS:
+        assert not traffic.stop.is_set()
+        assert time.monotonic() < deadline, "the traffic sent no script for 30 s"
+        time.sleep(0.002)  # a poll of the servers' counters: nothing to wait on
+
+
+def _reshard(cluster: LocalCluster, slot: int, traffic: Traffic,
+             paced: bool) -> tuple[int, float, float]:
+    """Move ``slot`` from its node to the next one (paced: key by key, each after more
+    scripts reached the nodes; else 10 keys per MIGRATE); returns the keys moved, when the
+    slot was marked migrating and when the new node took it (monotonic s)."""
+    nodes = [redis.Redis(port=n.port) for n in cluster.nodes]
+    try:
+        ids = [n.execute_command("CLUSTER", "MYID").decode() for n in nodes]
+        owner = next(i for i, n in enumerate(nodes)
+                     if n.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) > 0)
+        source, target = nodes[owner], nodes[(owner + 1) % len(nodes)]
+        target_id = ids[(owner + 1) % len(nodes)]
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[owner])
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        migrating = time.monotonic()
+        port = cluster.nodes[(owner + 1) % len(nodes)].port
+        moved = 0
+        while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot,
+                                             1 if paced else 10):
+            since = _progress(nodes) if paced else 0
+            source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "REPLACE",
+                                   "KEYS", *keys)
+            moved += len(keys)
+            if paced:
+                _await_progress(nodes, since, traffic)
+        for node in (target, source, *(n for n in nodes if n not in (source, target))):
+            node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            if node is target:
+                owned = time.monotonic()
+        assert source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        assert target.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) > 0
+        return moved, migrating, owned
+    finally:
+        for n in nodes:
+            n.close()
+
+
+def _over_target(log: list[tuple[str, str, float, float]]) -> list[str]:
+    """Windows that certainly held more than RPM admissions of a model: more than RPM
+    admissions sent and answered within less than one window (each was decided between its
+    send and its answer, so they all fell in a span shorter than the window)."""
+    found = []
+    for model in MODELS:
+        calls = sorted((s, r) for m, _, s, r in log if m == model)
+        for j, (start, _) in enumerate(calls):
+            inside = [r for s, r in calls[j:] if s < start + WINDOW_S and r < start + WINDOW_S]
+            if len(inside) > RPM:
+                found.append(f"{model}: {len(inside)} admitted within {WINDOW_S} s from "
+                             f"{start:.3f}")
+    return found
+
+
+@pytest.mark.parametrize("paced", [True, False], ids=["paced", "full-speed"])
+def test_resharding_the_routers_slot_mid_traffic(cluster: LocalCluster, paced: bool) -> None:
+    settings = RouterSettings(namespace=f"reshard-{uuid.uuid4().hex[:8]}", guard_ms=20)
+    setup = RouterClient.from_url(cluster.url, settings)
+    for model in MODELS:
+        setup.set_quota(model, QUOTA)
+    slot = key_slot(setup.core.keys.prefix.encode())
+    setup.close()
+    traffic = Traffic(cluster.url, settings)
+    threads = [threading.Thread(target=traffic.run, args=(k,)) for k in range(THREADS)]
+    for t in threads:
+        t.start()
+    try:
+        traffic.wait_for(lambda: len(traffic.log) >= 2 * RPM, "admissions before the move")
+        moved, started, ended = _reshard(cluster, slot, traffic, paced)
+        traffic.moved.set()
+        traffic.wait_for(lambda: traffic.after >= AFTER or len(traffic.problems) > 20,
+                         "admissions after the move")
+    finally:
+        traffic.stop.set()
+        for t in threads:
+            t.join(30)
+    assert moved >= 8, f"only {moved} keys moved: the namespace's state was not in the slot"
+    leases = [lid for _, lid, _, _ in traffic.log]
+    over = _over_target(traffic.log)
+    findings = {
+        "problems": f"{len(traffic.problems)}: {sorted(set(traffic.problems))[:6]}",
+        "lease ids handed out twice": len(leases) - len(set(leases)),
+        "windows over target": f"{len(over)}: {over[:3]}",
+        "admissions after the move": traffic.after,
+    }
+    during = sum(started < s and r < ended for _, _, s, r in traffic.log)
+    resumed = min(r for r in traffic.answered if r > ended) - ended
+    print(f"moved {moved} keys in {(ended - started) * 1000:.0f} ms; admissions answered "
+          f"during the move {during}; the first decision after it {resumed * 1000:.0f} ms "
+          "after; "
+          f"{len(leases)} admissions; {findings}")
+    assert (traffic.problems, len(set(leases)), over) == ([], len(leases), []), findings
+    assert traffic.after >= AFTER, findings
+
+
+def test_a_migration_left_half_done_ends_in_a_clear_error(
+        cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slot left MIGRATING (nothing moved, the move never finished): the client retries the
+    refused script for MIGRATION_WAIT_S, then raises SlotMigrationError, having applied
+    nothing; once the slot is stable again, admission goes on."""
+    monkeypatch.setattr(slots, "MIGRATION_WAIT_S", 1.0)
+    settings = RouterSettings(namespace=f"stuck-{uuid.uuid4().hex[:8]}", guard_ms=20)
+    router = RouterClient.from_url(cluster.url, settings)
+    nodes = [redis.Redis(port=n.port) for n in cluster.nodes]
+    try:
+        router.set_quota("a", QUOTA)
+        slot = key_slot(router.core.keys.prefix.encode())
+        ids = [n.execute_command("CLUSTER", "MYID").decode() for n in nodes]
+        owner = next(i for i, n in enumerate(nodes)
+                     if n.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) > 0)
+        other = (owner + 1) % len(nodes)
+        nodes[other].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[owner])
+        nodes[owner].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[other])
+        started = time.monotonic()
+        with pytest.raises(SlotMigrationError, match="being migrated"):
+            router.admit(1, request_id="stuck-1")
+        assert time.monotonic() - started >= 1.0
+        for node in (nodes[owner], nodes[other]):
+            node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+        assert router.stats().models["a"].counters["admitted"] == 0  # nothing applied
+        assert isinstance(router.admit(1, request_id="stuck-1"), Admission)
+    finally:
+        router.close()
+        for n in nodes:
+            n.close()
