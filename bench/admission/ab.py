@@ -9,8 +9,11 @@ load (other engineers' tests on a shared machine) then hits both alike, and the 
 difference of each block with its neighbour cancels most drift. Reported: Redis's own time
 in the scripts per admission (``INFO commandstats``, admit + complete) and the client's
 wall time, the median of the paired differences with their quartiles, and each side's
-median and minimum. Only the two scripts' text differs between A and B: the client, the
-arguments and the Redis are the same.
+median and minimum. Only the two scripts differ between A and B: the client, the
+arguments and the Redis are the same, but for the keys each side's scripts are given: the
+prefix alone for scripts that derive every key from it (before every key was declared),
+else every key they touch (the router-wide ones, and the per-model keys of each model the
+call may touch: all of ``--models`` for an admission to any model).
 """
 
 from __future__ import annotations
@@ -31,24 +34,23 @@ from typing import Any
 
 import redis
 
-from airflow_llm_router.engine.core import (
-    Completion,
-    RouterCore,
-    _encode_completion,
-    encode_request,
-)
+from airflow_llm_router.engine.core import RouterCore
+from airflow_llm_router.engine.encoding import Completion, encode_completion, encode_request
+from airflow_llm_router.engine.keys import lease_model
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import AdmitRequest, RouterSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ("admit", "complete", "set_quota")
-_DUMP = ("import json, sys; from airflow_llm_router.engine.scripts import script_source; "
-         "json.dump({op: script_source(op) for op in sys.argv[1:]}, sys.stdout)")
+_DUMP = ("import json, sys; from airflow_llm_router.engine import scripts as s; "
+         "json.dump({op: [s.script_source(op), list(s.model_keys(op)) "
+         "if hasattr(s, 'model_keys') else None] for op in sys.argv[1:]}, sys.stdout)")
 
 
-def sources_at(where: str | None) -> dict[str, str]:
+def sources_at(where: str | None) -> dict[str, tuple[str, list[str] | None]]:
     """The scripts as assembled in ``where``: a git revision, a directory holding an
-    ``airflow_llm_router`` package, or None for the working tree; read in a fresh process."""
+    ``airflow_llm_router`` package, or None for the working tree; read in a fresh process.
+    Each with the per-model keys it declares, or None if it is given the prefix alone."""
     with tempfile.TemporaryDirectory() as tmp:
         root = ROOT
         if where is not None and Path(where, "airflow_llm_router").is_dir():
@@ -62,25 +64,30 @@ def sources_at(where: str | None) -> dict[str, str]:
         out = subprocess.run([sys.executable, "-c", _DUMP, *OPS], cwd=root, check=True,
                              capture_output=True, text=True,
                              env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}).stdout
-    doc: dict[str, str] = json.loads(out)
-    return doc
+    doc: dict[str, list[Any]] = json.loads(out)
+    return {op: (src, keys) for op, (src, keys) in doc.items()}
 
 
 class Side:
     """One version of the scripts, registered on Redis, with a namespace of its own."""
 
-    def __init__(self, client: redis.Redis, name: str, sources: dict[str, str],
-                 models: int) -> None:
+    def __init__(self, client: redis.Redis, name: str,
+                 sources: dict[str, tuple[str, list[str] | None]], models: int) -> None:
         self.name = name
         self.client = client
         self.core = RouterCore(RouterSettings(namespace=f"bench-ab-{name}-{uuid.uuid4().hex[:6]}"))
-        self.scripts = {op: client.register_script(src) for op, src in sources.items()}
+        self.scripts = {op: client.register_script(src) for op, (src, _) in sources.items()}
+        self.model_keys = {op: keys for op, (_, keys) in sources.items()}
+        self.models = [f"m{k}" for k in range(models)]
         quota = ModelQuota(rpm=10**9, tpm=10**12, max_concurrency=10**6).to_redis()
-        for k in range(models):
-            self._run("set_quota", f"m{k}", quota)
+        for m in self.models:
+            self._run("set_quota", [m], m, quota)
 
-    def _run(self, op: str, *args: Any) -> Any:
-        return self.scripts[op](keys=[self.core.keys.prefix], args=[self.core.settings_arg, *args])
+    def _run(self, op: str, models: list[str], *args: Any) -> Any:
+        declared = self.model_keys[op]
+        keys = ([self.core.keys.prefix] if declared is None
+                else self.core.keys.script_keys(declared, models))
+        return self.scripts[op](keys=keys, args=[self.core.settings_arg, *args])
 
     def block(self, admissions: int, batch: int) -> float:
         """Admit and settle ``admissions`` calls, ``batch`` per script call; wall µs each."""
@@ -88,9 +95,11 @@ class Side:
         done = 0
         while done < admissions:
             requests = [encode_request(AdmitRequest(100)) for _ in range(batch)]
-            reply = self._run("admit", json.dumps(requests))
-            settle = [_encode_completion(Completion(x[2].decode(), 50, 50)) for x in reply]
-            self._run("complete", json.dumps(settle))
+            reply = self._run("admit", self.models, json.dumps(requests))
+            lids = [x[2].decode() for x in reply]
+            settle = [encode_completion(Completion(lid, 50, 50)) for lid in lids]
+            used = list(dict.fromkeys(m for m in map(lease_model, lids) if m is not None))
+            self._run("complete", used, json.dumps(settle))
             done += batch
         return (time.perf_counter() - start) / admissions * 1e6
 
