@@ -17,9 +17,11 @@ state: "unknown model" rejections, lease ids handed out again, windows over targ
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -30,11 +32,13 @@ from redis.crc import key_slot
 from airflow_llm_router.engine import (
     Admission,
     AdmitRequest,
+    AsyncRouterClient,
     RouterClient,
     RouterSettings,
     Wait,
     slots,
 )
+from airflow_llm_router.engine.core import Decision
 from airflow_llm_router.exceptions import SlotMigrationError
 from llm_router_devkit.redis_tools import LocalCluster
 from tests.integration.engine.clusters import SERVER_DIRS, SERVER_IDS, cluster_of
@@ -45,6 +49,8 @@ RPM, WINDOW_S = 12, 0.5
 QUOTA = {"rpm": RPM, "tpm": 10**9, "max_concurrency": 4, "window_s": WINDOW_S}
 MODELS = ("a", "b")
 THREADS = 6
+#: and coroutines on one asyncio client, in a thread of their own
+ASYNC_CALLERS = 3
 #: scripts the nodes must have seen between two MIGRATEs (each thread's next attempt)
 PROGRESS = 3
 #: admissions wanted after the move, before the traffic stops
@@ -59,7 +65,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
 
 @dataclass
 class Traffic:
-    """Threads admitting (half name a model, half take any) and completing at once."""
+    """Threads and coroutines admitting (two in three name a model, the others take any)
+and completing at once."""
 
     url: str
     settings: RouterSettings
@@ -68,50 +75,103 @@ class Traffic:
     #: when each decision (admission or wait) was answered
     answered: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: failures of redis-py's asyncio cluster client (see _async_once)
+    redis_py: Counter[str] = field(default_factory=Counter)
     moved: threading.Event = field(default_factory=threading.Event)
     after: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     changed: threading.Condition = field(default_factory=threading.Condition)
 
     def run(self, k: int) -> None:
+        """A sync caller: ``k`` picks whether it names a model."""
         router = RouterClient.from_url(self.url, self.settings)
-        models = (MODELS[k % 2],) if k % 3 else None
         try:
             while not self.stop.is_set():
-                self._once(router, models)
+                self.stop.wait(self._once(router, _models(k)))
         finally:
             router.close()
 
-    def _once(self, router: RouterClient, models: tuple[str, ...] | None) -> None:
+    def run_async(self, callers: int) -> None:
+        """``callers`` coroutines on one asyncio client (their calls merged)."""
+        asyncio.run(self._async_callers(callers))
+
+    async def _async_callers(self, callers: int) -> None:
+        router = AsyncRouterClient.from_url(self.url, self.settings)
+
+        async def caller(k: int) -> None:
+            while not self.stop.is_set():
+                await asyncio.sleep(await self._async_once(router, _models(k)))
+
+        try:
+            await asyncio.gather(*(caller(k) for k in range(callers)))
+        finally:
+            await router.aclose()
+
+    def _once(self, router: RouterClient, models: tuple[str, ...] | None) -> float:
         sent = time.monotonic()
         try:
             got = router.admit_many([AdmitRequest(1, models=models)])[0]
             answered = time.monotonic()
-            self.answered.append(answered)
             if isinstance(got, Admission):
                 assert router.complete(got.lease_id, 1, 1) == "released"
         except Exception as err:  # every failure is one of the test's findings
-            self._note(f"{type(err).__name__}: {err}")
-            self.stop.wait(0.05)
-            return
+            return self._note(f"{type(err).__name__}: {err}")
+        return self._record(got, sent, answered)
+
+    async def _async_once(self, router: AsyncRouterClient,
+                          models: tuple[str, ...] | None) -> float:
+        """As :meth:`_once`, but for two failures of redis-py's asyncio cluster client
+        while it refreshes its slot map (not of the engine: its guarantees are checked on
+        these callers' admissions too), which are counted apart."""
+        sent = time.monotonic()
+        try:
+            got = (await router.admit_many([AdmitRequest(1, models=models)]))[0]
+            answered = time.monotonic()
+            if isinstance(got, Admission):
+                status = await router.complete(got.lease_id, 1, 1)
+                # a complete that redis-py sent again after a connection error: the engine
+                # answers a repeat so
+                if status == "settled":
+                    self.redis_py["complete sent twice"] += 1
+                else:
+                    assert status == "released"
+        except AttributeError as err:
+            if "writelines" not in str(err):
+                raise
+            # a connection closed by the slot map's refresh while another coroutine used it
+            self.redis_py["connection closed under a call"] += 1
+            return 0.05
+        except Exception as err:  # every other failure is one of the test's findings
+            return self._note(f"async {type(err).__name__}: {err}")
+        return self._record(got, sent, answered)
+
+    def _record(self, got: Decision, sent: float, answered: float) -> float:
+        """Log a decision; returns how long its caller waits before the next."""
+        self.answered.append(answered)
         if isinstance(got, Admission):
             with self.changed:
                 self.log.append((got.model, got.lease_id, sent, answered))
                 self.after += self.moved.is_set()
                 self.changed.notify_all()
-        elif isinstance(got, Wait):
-            self.stop.wait(got.retry_after_ms / 1000)
-        else:
-            self._note(f"rejected: {got.reason} {got.detail}")
-            self.stop.wait(0.05)
+            return 0
+        if isinstance(got, Wait):
+            return got.retry_after_ms / 1000
+        return self._note(f"rejected: {got.reason} {got.detail}")
 
-    def _note(self, problem: str) -> None:
+    def _note(self, problem: str) -> float:
         with self.changed:
             self.problems.append(problem)
+        return 0.05
+
 
     def wait_for(self, check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
         with self.changed:
             assert self.changed.wait_for(check, timeout_s), f"{what}: not within {timeout_s} s"
+
+
+def _models(k: int) -> tuple[str, ...] | None:
+    """Two callers in three name a model, the third may take any."""
+    return (MODELS[k % 2],) if k % 3 else None
 
 
 def _progress(nodes: list[redis.Redis]) -> int:
@@ -194,6 +254,7 @@ def test_resharding_the_routers_slot_mid_traffic(cluster: LocalCluster, paced: b
     setup.close()
     traffic = Traffic(cluster.url, settings)
     threads = [threading.Thread(target=traffic.run, args=(k,)) for k in range(THREADS)]
+    threads.append(threading.Thread(target=traffic.run_async, args=(ASYNC_CALLERS,)))
     for t in threads:
         t.start()
     try:
@@ -214,6 +275,7 @@ def test_resharding_the_routers_slot_mid_traffic(cluster: LocalCluster, paced: b
         "lease ids handed out twice": len(leases) - len(set(leases)),
         "windows over target": f"{len(over)}: {over[:3]}",
         "admissions after the move": traffic.after,
+        "redis-py asyncio cluster client": dict(traffic.redis_py),
     }
     during = sum(started < s and r < ended for _, _, s, r in traffic.log)
     resumed = min(r for r in traffic.answered if r > ended) - ended
