@@ -33,6 +33,7 @@ from airflow_llm_router.engine import (
     Admission,
     AdmitRequest,
     AsyncRouterClient,
+    ModelQuota,
     RouterClient,
     RouterSettings,
     Wait,
@@ -48,6 +49,8 @@ pytestmark = pytest.mark.timeout(240)
 RPM, WINDOW_S = 12, 0.5
 QUOTA = {"rpm": RPM, "tpm": 10**9, "max_concurrency": 4, "window_s": WINDOW_S}
 MODELS = ("a", "b")
+#: the quota "a" is given while its keys move (the same window and rpm)
+CHANGED = {**QUOTA, "tpm": 10**9 - 1}
 THREADS = 6
 #: and coroutines on one asyncio client, in a thread of their own
 ASYNC_CALLERS = 3
@@ -174,6 +177,16 @@ def _models(k: int) -> tuple[str, ...] | None:
     return (MODELS[k % 2],) if k % 3 else None
 
 
+def _set_quota(url: str, settings: RouterSettings, traffic: Traffic) -> None:
+    router = RouterClient.from_url(url, settings)
+    try:
+        router.set_quota("a", CHANGED)
+    except Exception as err:
+        traffic._note(f"set_quota during the move: {type(err).__name__}: {err}")
+    finally:
+        router.close()
+
+
 def _progress(nodes: list[redis.Redis]) -> int:
     """Scripts the nodes have run or refused: EVALSHA calls and every error reply
     (TRYAGAIN, ASK, MOVED) they counted."""
@@ -192,11 +205,12 @@ def _await_progress(nodes: list[redis.Redis], since: int, traffic: Traffic) -> N
         time.sleep(0.002)  # a poll of the servers' counters: nothing to wait on
 
 
-def _reshard(cluster: LocalCluster, slot: int, traffic: Traffic,
-             paced: bool) -> tuple[int, float, float]:
+def _reshard(cluster: LocalCluster, slot: int, traffic: Traffic, paced: bool,
+             mid_move: Callable[[], None]) -> tuple[int, float, float]:
     """Move ``slot`` from its node to the next one (paced: key by key, each after more
-    scripts reached the nodes; else 10 keys per MIGRATE); returns the keys moved, when the
-    slot was marked migrating and when the new node took it (monotonic s)."""
+    scripts reached the nodes; else 10 keys per MIGRATE), calling ``mid_move`` after the
+    first MIGRATE; returns the keys moved, when the slot was marked migrating and when the
+    new node took it (monotonic s)."""
     nodes = [redis.Redis(port=n.port) for n in cluster.nodes]
     try:
         ids = [n.execute_command("CLUSTER", "MYID").decode() for n in nodes]
@@ -214,6 +228,8 @@ def _reshard(cluster: LocalCluster, slot: int, traffic: Traffic,
             since = _progress(nodes) if paced else 0
             source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "REPLACE",
                                    "KEYS", *keys)
+            if not moved:
+                mid_move()
             moved += len(keys)
             if paced:
                 _await_progress(nodes, since, traffic)
@@ -259,8 +275,11 @@ def test_resharding_the_routers_slot_mid_traffic(cluster: LocalCluster, paced: b
         t.start()
     try:
         traffic.wait_for(lambda: len(traffic.log) >= 2 * RPM, "admissions before the move")
-        moved, started, ended = _reshard(cluster, slot, traffic, paced)
+        # a quota change while the keys are split (the quota hash on either node)
+        change = threading.Thread(target=_set_quota, args=(cluster.url, settings, traffic))
+        moved, started, ended = _reshard(cluster, slot, traffic, paced, change.start)
         traffic.moved.set()
+        change.join(60)
         traffic.wait_for(lambda: traffic.after >= AFTER or len(traffic.problems) > 20,
                          "admissions after the move")
     finally:
@@ -285,6 +304,11 @@ def test_resharding_the_routers_slot_mid_traffic(cluster: LocalCluster, paced: b
           f"{len(leases)} admissions; {findings}")
     assert (traffic.problems, len(set(leases)), over) == ([], len(leases), []), findings
     assert traffic.after >= AFTER, findings
+    check = RouterClient.from_url(cluster.url, settings)
+    try:  # the change made during the move is the quota in force after it
+        assert check.get_quota("a") == ModelQuota.parse(CHANGED)
+    finally:
+        check.close()
 
 
 def test_a_migration_left_half_done_ends_in_a_clear_error(
