@@ -50,6 +50,7 @@ ROUTER_KEYS: dict[str, str] = {
     "K_RECOVER": "recover",
     # HASH model -> learned output tokens per call (P95 of recent);
     #      "<model>|lat" -> learned latency per call, ms (EWMA of released 'ok' calls)
+    #      "<model>|latd" -> its mean deviation, ms (EWMA of |latency - mean|)
     "K_EST": "estimates",
     # HASH spend per budget period of each priced model and of the router-wide total ('*'):
     #      "<owner>|s|c|r" current period start ms, committed and reserved micro-dollars,

@@ -21,7 +21,7 @@ __all__ = ["OPERATIONS", "model_keys", "script_source"]
 #: carries: setting up unused libraries cost ~10 µs a call on the Redis thread).
 _LIBRARIES: dict[str, tuple[str, ...]] = {
     "admit": ("prelude", "budget", "effective", "guard", "model_state", "kinds", "capacity", "fair",
-              "waiters", "history"),
+              "finish", "waiters", "history"),
     "complete": ("prelude", "budget", "history", "health", "effective", "guard", "kinds"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),

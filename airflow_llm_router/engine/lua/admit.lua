@@ -76,8 +76,11 @@ local function reserve(st, req)
 end
 
 -- Try the allowed models in fair-share order (or the caller's order) and admit on the
--- first that has room. A model's state is loaded only when it is tried, so an admission
--- usually touches one model however many there are.
+-- first that has room; where the engine chooses and every candidate's latency is known,
+-- in order of likely latency instead, admitting on the one that finishes soonest, and
+-- waiting for it when that one has no room yet (lib/finish.lua). A model's state is
+-- loaded only when it is tried, so an admission usually touches one model however many
+-- there are.
 local function decide(req)
   local again = reuse(req)
   if again then return again end
@@ -91,11 +94,20 @@ local function decide(req)
   local fair = not (req.ordered and req.ms)
   local pool = {}
   for k, m in ipairs(names) do pool[k] = m end
-  local rank, queued, best, reason, on = nil, false, nil, nil, nil
+  local order, lat = nil, nil
+  if fair then order, lat = finish_order(names) end
+  -- soonest: the earliest likely finish (ms from now) among the models tried
+  local rank, queued, best, reason, on, soonest = nil, false, nil, nil, nil, nil
   local why, tried = {}, 0
   for k = 1, #names do
     local m = names[k]
-    if fair then m = next_fair(pool) end
+    if order then
+      m = order[k]
+      -- it could not end sooner even with room now; nor could the models after it
+      if soonest and lat[m] >= soonest then break end
+    elseif fair then
+      m = next_fair(pool)
+    end
     local view = model_view(m)
     local est = need_for(view, req)
     local bad = never_fits(view, est) or budget_never(m, view.q, est)
@@ -116,6 +128,7 @@ local function decide(req)
         return {'A', m, lid, LEASE_TTL, 0}
       end
       if not best or wait < best then best, reason, on = wait, w, m end
+      if order and (not soonest or wait + lat[m] < soonest) then soonest = wait + lat[m] end
       if w == 'budget' and req.bw and not fair then break end
     end
   end

@@ -11,9 +11,9 @@
 --          (cap the effective limit, lib/effective.lua).
 -- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
 -- A live lease released 'ok' also feeds the model's latency estimate (ms, admission to
--- completion) in K_EST '<model>|lat' and its output estimate, model-wide and for the kind
--- the lease was admitted with (lib/kinds.lua); one released 'rate_limited' may cut the model's
--- effective limit (lib/effective.lua).
+-- completion) in K_EST '<model>|lat' (its mean deviation in '<model>|latd') and its output
+-- estimate, model-wide and for the kind the lease was admitted with (lib/kinds.lua); one
+-- released 'rate_limited' may cut the model's effective limit (lib/effective.lua).
 -- The batch is settled model by model, with one call per key for all of a model's leases
 -- (the common case: every outcome 'ok'); a model with a 429 or an error in the batch has
 -- its outcomes recorded one by one, in order, as the breaker's count depends on it.
@@ -194,7 +194,7 @@ for _, m in ipairs(models) do
       end
     end
   end
-  observe_ewma(K_EST, m .. '|lat', latencies)
+  observe_latency(K_EST, m .. '|lat', latencies)
   observe_p95(K_OBS(m), K_EST, m, outputs, recompute)
   for _, kind in ipairs(kind_names) do kind_observe(m, kind, kinds[kind].o, kinds[kind].l) end
   provider_said(m, batch)

@@ -32,6 +32,29 @@ local function observe_ewma(h, f, samples, alpha, start)
   redis.call('HSET', h, f, string.format('%.3f', cur))
 end
 
+-- A model's latency (ms): its EWMA in h[f] and the EWMA of each call's distance from it,
+-- the mean deviation, in h[f .. 'd'] (from the second call on), so that admission can
+-- judge a model by a likely latency and not only its mean (lib/finish.lua).
+local function observe_latency(h, f, samples)
+  if #samples == 0 then return end
+  local v = redis.call('HMGET', h, f, f .. 'd')
+  local cur, dev = tonumber(v[1]), tonumber(v[2])
+  for _, x in ipairs(samples) do
+    if cur then
+      local d = math.abs(x - cur)
+      if dev then dev = dev + LAT_ALPHA * (d - dev) else dev = d end
+      cur = cur + LAT_ALPHA * (x - cur)
+    else
+      cur = x
+    end
+  end
+  if dev then
+    redis.call('HSET', h, f, string.format('%.3f', cur), f .. 'd', string.format('%.3f', dev))
+  else
+    redis.call('HSET', h, f, string.format('%.3f', cur))
+  end
+end
+
 -- The model's mean excess: by how many tokens its settled calls exceeded what they had
 -- reserved (0 for a call within its reservation), an EWMA in K_EST '<model>|xs'.
 local function observe_excess(m, excess)

@@ -1,0 +1,111 @@
+"""Finish-time-aware choice (lib/finish.lua): a request that lets the engine choose goes to
+the model where it would likely finish soonest, waiting for a fast model when that is
+sooner than a slow model with room now; the likely latency is the learned mean plus two
+mean deviations."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.keys import RouterKeys
+from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
+
+ROOMY = {"rpm": 1000, "tpm": 10**6, "max_concurrency": 100}
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def _model(router: RouterClient, **kwargs: object) -> str:
+    lease = router.admit(100, **kwargs)  # type: ignore[arg-type]
+    assert isinstance(lease, Admission), lease
+    return lease.model
+
+
+def test_with_room_on_both_the_faster_model_takes_the_requests(router: RouterClient) -> None:
+    router.set_quota("fast", {**ROOMY, "expected_latency_s": 1.0})
+    router.set_quota("slow", {**ROOMY, "expected_latency_s": 30.0})
+    # the weighted fair share would alternate; the finish time sends each to the fast one
+    assert {_model(router) for _ in range(8)} == {"fast"}
+    # an ordered list is the caller's choice: its first model with room
+    assert _model(router, models=["slow", "fast"]) == "slow"
+
+
+def test_a_request_waits_for_a_fast_model_that_frees_sooner(router: RouterClient) -> None:
+    # fast: full after 2 calls for its 10 s window; likely done 10 s + 2 s from now.
+    # slow: room now, likely done in 60 s (30 s mean + two deviations of half the mean)
+    router.set_quota("fast", {**ROOMY, "rpm": 2, "window_s": 10,
+                              "expected_latency_s": 1.0})
+    router.set_quota("slow", {**ROOMY, "expected_latency_s": 30.0})
+    assert [_model(router) for _ in range(2)] == ["fast", "fast"]
+    decision = router.admit(100)
+    assert isinstance(decision, Wait) and decision.reason == "rpm"
+    assert 8_000 <= decision.retry_after_ms <= 12_000  # until fast's window frees
+    # a batch decides the same way, request by request
+    assert all(isinstance(d, Wait) for d in router.admit_many([AdmitRequest(100)] * 3))
+    # the slow model still takes what only it is allowed
+    assert _model(router, models=["slow"]) == "slow"
+
+
+def test_a_slow_model_is_taken_while_its_call_ends_before_the_fast_one_frees(
+    router: RouterClient,
+) -> None:
+    # fast frees in ~100 s; slow likely ends in 10 s: the slow model is the sooner finish
+    router.set_quota("fast", {**ROOMY, "rpm": 2, "window_s": 100,
+                              "expected_latency_s": 1.0})
+    router.set_quota("slow", {**ROOMY, "expected_latency_s": 5.0})
+    assert [_model(router) for _ in range(4)] == ["fast", "fast", "slow", "slow"]
+
+
+def test_without_a_latency_for_every_model_the_fair_share_decides(
+    router: RouterClient,
+) -> None:
+    router.set_quota("fast", {**ROOMY, "expected_latency_s": 1.0})
+    router.set_quota("unknown", ROOMY)
+    assert {_model(router) for _ in range(8)} == {"fast", "unknown"}
+
+
+def test_a_spread_out_latency_counts_against_a_model(
+    router: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # fast frees in ~20 s. steady and jumpy both average 6 s; jumpy's calls stray 4 s from
+    # it on average (likely 14 s: still sooner), then 8 s (likely 22 s: later than fast)
+    router.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 20,
+                              "expected_latency_s": 0.1})
+    router.set_quota("jumpy", {**ROOMY, "expected_latency_s": 6.0})
+    assert _model(router) == "fast"
+    est = RouterKeys(namespace).router("K_EST")
+    raw.hset(est, mapping={"jumpy|lat": 6000, "jumpy|latd": 4000})
+    assert _model(router) == "jumpy"
+    raw.hset(est, mapping={"jumpy|latd": 8000})
+    assert isinstance(router.admit(100), Wait)
+
+
+def test_completions_learn_the_mean_deviation(
+    router: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    router.set_quota("m", ROOMY)
+    est = RouterKeys(namespace).router("K_EST")
+
+    def call(hold_s: float) -> None:
+        lease = router.admit(100)
+        assert isinstance(lease, Admission)
+        time.sleep(hold_s)  # the call's duration is what is learned
+        router.complete(lease.lease_id, 50, 50)
+
+    call(0.0)
+    assert raw.hget(est, "m|lat") is not None and raw.hget(est, "m|latd") is None
+    call(0.4)  # 400 ms away from the first: the first deviation
+    first = float(raw.hget(est, "m|latd") or 0)
+    assert 350 <= first < 1000
+    call(float(raw.hget(est, "m|lat") or 0) / 1000)  # at the mean: the deviation shrinks
+    assert float(raw.hget(est, "m|latd") or 0) < first
