@@ -6,15 +6,12 @@ release would wake them all and cost one round trip each. Here they queue in one
 order, so the caller's own priorities hold), hands out admissions, and sleeps until the next
 release, a new arrival, or the soonest computed wait.
 
-:meth:`BatchAdmitter.route_to` narrows where the waiting prompts may go (a drain's last
-prompts, kept off slow models): an any-model request tries the given models in order, a
-request with its own list keeps the models of it that are in the set (or its whole list
-when none are), and, should the narrowed request be impossible (too large for the models
-left), it is asked again as it is.
+Which model each prompt goes to is the engine's choice (``engine/lua/admit.lua``: the model
+where it would likely finish soonest), made in one place for every caller.
 
 Why a standing queue and not :class:`~airflow_llm_router.coalesce.Coalescer` (which merges
 one-shot calls): a waiting request is decided again and again until admitted, and each
-round must carry every waiter in queue order, re-routed, and sleep on the earliest of their
+round must carry every waiter in queue order and sleep on the earliest of their
 waits or a release. The coalescer answers each submission once; here the queue outlives
 rounds, which is the whole point, so the loop is written out once, here.
 """
@@ -24,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import RELEASE_HELPS, AsyncRouterClient
@@ -43,7 +40,6 @@ class _Pending:
     request: AdmitRequest
     future: asyncio.Future[Admission | None]
     deadline: float
-    as_asked: bool = False  # a narrowed request was impossible: ask as the caller did
 
 
 class BatchAdmitter:
@@ -57,7 +53,6 @@ class BatchAdmitter:
         self._outage = outage or RedisOutage(0.0)
         self._pending: dict[str, _Pending] = {}
         self._task: asyncio.Task[None] | None = None
-        self._route: tuple[str, ...] | None = None
         self.round_trips = 0
 
     async def __aenter__(self) -> BatchAdmitter:
@@ -107,24 +102,6 @@ class BatchAdmitter:
         """Requests waiting for admission."""
         return len(self._pending)
 
-    def route_to(self, models: tuple[str, ...] | None) -> None:
-        """Send waiting and new requests to these models only, an any-model request trying
-        them in this order (None: where each asks, as it asks)."""
-        if models == self._route:
-            return
-        self._route = models
-        if self._pending:
-            self._client.releases.poke()  # decide again now, with the new set
-
-    def _routed(self, p: _Pending) -> AdmitRequest:
-        r, allowed = p.request, self._route
-        if allowed is None or p.as_asked:
-            return r
-        if r.models is None:
-            return replace(r, models=allowed, ordered=True)
-        kept = tuple(m for m in r.models if m in allowed)  # in the request's own order
-        return replace(r, models=kept) if kept and kept != r.models else r
-
     async def _run(self) -> None:
         """The admission loop. It never dies silently: should a round fail past the Redis
         outage budget (or with an unexpected error), every waiting caller gets the error."""
@@ -144,7 +121,7 @@ class BatchAdmitter:
         while self._pending:
             seen = releases.mark()
             batch = list(self._pending.values())
-            sent = [self._routed(p) for p in batch]
+            sent = [p.request for p in batch]
             decisions = await self._outage.call(self._client.admit_many, sent,
                                                 what="admission")
             self.round_trips += 1
@@ -152,14 +129,11 @@ class BatchAdmitter:
             on_release = False  # whether a release could end one of the waits
             expired: list[str] = []
             now = loop.time()
-            for p, request, decision in zip(batch, sent, decisions, strict=True):
+            for p, decision in zip(batch, decisions, strict=True):
                 if p.future.done():
                     continue
                 if isinstance(decision, Admission):
                     p.future.set_result(decision)
-                elif isinstance(decision, Rejection) and request is not p.request:
-                    p.as_asked = True  # impossible only as narrowed: ask again as asked
-                    soonest = 0.0
                 elif isinstance(decision, Rejection):
                     p.future.set_exception(
                         ImpossibleRequestError(decision.reason, decision.message()))

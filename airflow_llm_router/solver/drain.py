@@ -109,7 +109,6 @@ class _Draining:
     claims: dict[int, str] = field(default_factory=dict)
     results: list[SolveResult] = field(default_factory=list)
     watch: BacklogWatch | None = None
-    steered_at: float = 0.0
     waiting_for_others: bool = False
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -228,16 +227,6 @@ class _Draining:
                 return False
             await self.watch.arrival(left)
 
-    async def steer(self, solver: Solver, *, now: bool = False) -> None:
-        """Once a second while prompts wait for admission (and with ``now``, before the
-        first claim, so the first prompts too): keep them off models too slow to finish
-        what is left first (``solver/tail.py``)."""
-        now_s = time.monotonic()
-        if not now and (now_s - self.steered_at < 1.0 or not solver.admitter.waiting):
-            return
-        self.steered_at = now_s
-        await solver.route_tail(await self.call(self.store.backlog_size))
-
     async def close(self) -> None:
         if self.watch is not None:
             await self.watch.__aexit__(None, None, None)
@@ -280,7 +269,6 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
     try:
         active.update(await d.adopt(solver))
-        await d.steer(solver, now=True)
         while True:
             open_slots = settings.max_in_flight - len(active)
             may_claim = time.time() < d.deadline and time.monotonic() >= quiet_until
@@ -290,7 +278,6 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                 if len(started) < want:
                     quiet_until = time.monotonic() + 1.0
                 active.update(started)
-            await d.steer(solver)
             solver.check()
             if not active:
                 if not await d.idle():

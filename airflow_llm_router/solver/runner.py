@@ -24,7 +24,6 @@ from airflow_llm_router.backend import (
     ShardedClient,
     call_single,
 )
-from airflow_llm_router.engine.advice import advise_from_stats
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
 from airflow_llm_router.engine.types import AdmitRequest
@@ -34,7 +33,6 @@ from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
 from airflow_llm_router.solver.settings import SolveSettings
-from airflow_llm_router.solver.tail import ModelPace, tail_models
 from airflow_llm_router.tokens import count_input_tokens
 
 __all__ = ["Solver", "solve_items", "solving"]
@@ -92,26 +90,6 @@ class Solver:
                 self.failure = t.exception()
                 log.error("solver loop %s failed: %r", t.get_name(), t.exception())
         task.add_done_callback(done)
-
-    async def route_tail(self, backlog: int) -> None:
-        """Send the waiting prompts to the models that finish what is left soonest
-        (:func:`tail_models`: the backlog plus the prompts waiting for admission, here or,
-        if more, at the router), from the router's latencies, sustainable rates and windows;
-        for a long backlog, wherever each prompt allows."""
-        try:
-            stats = await self.router.stats()
-        except REDIS_DOWN:  # steer again once Redis is back
-            return
-        left = backlog + max(self.admitter.waiting, stats.waiting)
-        advice = advise_from_stats(stats, backlog=left)
-        paces = {}
-        for name, m in advice.models.items():
-            s = stats.models[name]
-            q = s.quota
-            room = q is not None and s.requests < q.rpm and s.in_flight < q.max_concurrency
-            paces[name] = ModelPace(m.latency_s, m.sustainable_rate_per_s if m.enabled else 0.0,
-                                    room and s.cooldown_ms == 0)
-        self.admitter.route_to(tail_models(paces, left))
 
     async def solve(self, item: SolveItem) -> SolveResult:
         async with self.slots:
