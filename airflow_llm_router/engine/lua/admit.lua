@@ -94,10 +94,10 @@ local function decide(req)
   local fair = not (req.ordered and req.ms)
   local pool = {}
   for k, m in ipairs(names) do pool[k] = m end
-  local order, lat = nil, nil
-  if fair then order, lat = finish_order(names) end
+  local order, lat, mean = nil, nil, nil
+  if fair then order, lat, mean = finish_order(names) end
   -- soonest: the earliest likely finish (ms from now) among the models tried
-  local rank, queued, best, reason, on, soonest = nil, false, nil, nil, nil, nil
+  local rank, queued, best, reason, on, soonest, soon_m = nil, false, nil, nil, nil, nil, nil
   local why, tried = {}, 0
   for k = 1, #names do
     local m = names[k]
@@ -128,7 +128,10 @@ local function decide(req)
         return {'A', m, lid, LEASE_TTL, 0}
       end
       if not best or wait < best then best, reason, on = wait, w, m end
-      if order and (not soonest or wait + lat[m] < soonest) then soonest = wait + lat[m] end
+      if order then
+        local fin = likely_wait(st, wait, w, req, rank, queued, mean[m]) + lat[m]
+        if not soonest or fin < soonest then soonest, soon_m = fin, m end
+      end
       if w == 'budget' and req.bw and not fair then break end
     end
   end
@@ -138,7 +141,7 @@ local function decide(req)
     return {'E', 'all_disabled', ''}
   end
   redis.call('HINCRBY', K_STATS, on .. '|waited', 1)
-  waiter_add(req.rid, rank, req, best)
+  waiter_add(req.rid, rank, finish_waits_for(req, soon_m), best)
   return {'W', best, reason}
 end
 

@@ -109,3 +109,27 @@ def test_completions_learn_the_mean_deviation(
     assert 350 <= first < 1000
     call(float(raw.hget(est, "m|lat") or 0) / 1000)  # at the mean: the deviation shrinks
     assert float(raw.hget(est, "m|latd") or 0) < first
+
+
+def test_a_full_concurrency_counts_the_waiters_queued_ahead(router: RouterClient) -> None:
+    # fast: one slot, 1 s a call (likely 2 s); slow: room, likely 10 s. A request with n
+    # waiters ahead would get fast's slot in about (n + 1) s, done 2 s later: the first 8
+    # wait for it, the rest are sooner done on slow
+    router.set_quota("fast", {**ROOMY, "max_concurrency": 1, "expected_latency_s": 1.0})
+    router.set_quota("slow", {**ROOMY, "expected_latency_s": 5.0})
+    assert _model(router) == "fast"
+    decisions = router.admit_many([AdmitRequest(100) for _ in range(12)])
+    assert [type(d).__name__ for d in decisions] == ["Wait"] * 8 + ["Admission"] * 4
+    assert {d.model for d in decisions if isinstance(d, Admission)} == {"slow"}
+    assert {d.reason for d in decisions if isinstance(d, Wait)} == {"concurrency"}
+
+
+def test_a_waiter_holds_back_only_the_model_it_waits_for(router: RouterClient) -> None:
+    router.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 10, "expected_latency_s": 1.0})
+    router.set_quota("slow", {**ROOMY, "max_concurrency": 1, "expected_latency_s": 30.0})
+    assert _model(router) == "fast"
+    # a hot waiter holds back what it needs from bulk requests at once (lib/waiters.lua)
+    waiting = router.admit(100, priority="hot", request_id="waits-for-fast")
+    assert isinstance(waiting, Wait) and waiting.reason == "rpm"
+    # it allows slow too, but would not take it: slow's one slot stays free for others
+    assert _model(router, models=["slow"]) == "slow"

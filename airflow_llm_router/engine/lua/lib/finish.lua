@@ -13,26 +13,44 @@
 -- in three. About the 90th-95th percentile of a log-normal latency.
 local FINISH_SPREAD = 2
 
--- A model's likely latency (ms), or nil when nothing is known of it.
+-- A model's likely and mean latency (ms), or nil when nothing is known of it.
 local function likely_latency(view)
   local mean = EST[view.m .. '|lat']
   if not mean and view.q.lat then mean = view.q.lat * 1000 end
   if not mean then return nil end
   local dev = EST[view.m .. '|latd'] or mean / 2
-  return mean + FINISH_SPREAD * dev
+  return mean + FINISH_SPREAD * dev, mean
+end
+
+-- How long a request would likely wait for room on a model that has none now (ms), from
+-- blocked()'s wait and reason. A concurrency wait is for calls to end, which blocked() does
+-- not foresee (it answers at most MAX_WAIT, as every release is announced): there, the
+-- waiters queued ahead of the request are served first (its place in the queue, or, not
+-- queued yet, every waiter ranked up to its rank: lib/waiters.lua), and the model's calls
+-- end at max_concurrency per mean latency (mean, ms).
+local function likely_wait(st, wait, reason, req, rank, queued, mean)
+  if reason ~= 'concurrency' then return wait end
+  local ahead
+  if queued then
+    ahead = redis.call('ZRANK', K_WAITERS, req.rid) or 0
+  else
+    ahead = redis.call('ZCOUNT', K_WAITERS, '-inf', int(rank))
+  end
+  return (ahead + 1) * mean / st.q.conc
 end
 
 -- The candidates in the order to try them (likeliest to finish first; equal ones in fair
--- share order) and their likely latencies, or nil when the fair share decides: fewer than
--- two candidates, or one without any latency estimate.
+-- share order), their likely and their mean latencies, or nil when the fair share decides:
+-- fewer than two candidates, or one without any latency estimate.
 local function finish_order(names)
   if #names < 2 then return nil end
-  local lat, order = {}, {}
+  local lat, mean, order = {}, {}, {}
   for k, m in ipairs(names) do
     local view = model_view(m)
-    local l = view and likely_latency(view)
+    local l, u = nil, nil
+    if view then l, u = likely_latency(view) end
     if not l then return nil end
-    lat[m], order[k] = l, m
+    lat[m], mean[m], order[k] = l, u, m
   end
   local f = fair_load()
   local function tag(m) return math.max(f.tags[m] or 0, f.v) end
@@ -41,5 +59,13 @@ local function finish_order(names)
     if tag(a) ~= tag(b) then return tag(a) < tag(b) end
     return a < b
   end)
-  return order, lat
+  return order, lat, mean
+end
+
+-- What a request that waits is queued as (lib/waiters.lua): by the finish time it waits
+-- for one model (m; nil: it waits as it asked), so once it has starved it holds back
+-- capacity there only, not on the slower models it allows but would not take.
+local function finish_waits_for(req, m)
+  if not m then return req end
+  return {hot = req.hot, s = req.s, i = req.i, o = req.o, k = req.k, ms = {m}}
 end
