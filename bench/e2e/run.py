@@ -91,6 +91,7 @@ class Watch:
         self.events: list[dict[str, Any]] = []
         self.runs: list[str] = []
         self.last_progress = 0.0
+        self.last_state = "queued"
 
     def now(self) -> float:
         """Seconds since the simulator's stats reset (the timeline's clock)."""
@@ -108,8 +109,17 @@ class Watch:
         say(f"[{self.now():7.1f} s] triggered {self.dag_id} run {len(self.runs)}")
 
     def run_state(self) -> str:
-        doc = self.svc.stack.api("GET", f"/dags/{self.dag_id}/dagRuns/{self.runs[-1]}").json()
-        return str(doc.get("state"))
+        """The last DAG run's state; the one seen before while the API server is too busy
+        to answer in time (on a loaded machine it can take more than the client's 10 s
+        as a run starts), so a slow answer delays the poll instead of ending the run."""
+        try:
+            doc = self.svc.stack.api("GET",
+                                     f"/dags/{self.dag_id}/dagRuns/{self.runs[-1]}").json()
+        except httpx.TimeoutException:
+            say(f"[{self.now():7.1f} s] the API server did not answer in time; polling on")
+            return self.last_state
+        self.last_state = str(doc.get("state"))
+        return self.last_state
 
     def _window_s(self) -> float:
         return self.svc.profile.scaled_window_s
