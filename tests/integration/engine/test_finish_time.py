@@ -1,7 +1,7 @@
 """Finish-time-aware choice (lib/finish.lua): a request that lets the engine choose goes to
 the model where it would likely finish soonest, waiting for a fast model when that is
-sooner than a slow model with room now; the likely latency is the learned mean plus two
-mean deviations."""
+sooner than a slow model with room now; the likely latency is the learned mean plus three
+mean deviations (half the mean before one is learned)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def test_with_room_on_both_the_faster_model_takes_the_requests(router: RouterCli
 
 
 def test_a_request_waits_for_a_fast_model_that_frees_sooner(router: RouterClient) -> None:
-    # fast: full after 2 calls for its 10 s window; likely done 10 s + 2 s from now.
-    # slow: room now, likely done in 60 s (30 s mean + two deviations of half the mean)
+    # fast: full after 2 calls for its 10 s window; likely done 10 s + 2.5 s from now.
+    # slow: room now, likely done in 75 s (30 s mean + three deviations of half the mean)
     router.set_quota("fast", {**ROOMY, "rpm": 2, "window_s": 10,
                               "expected_latency_s": 1.0})
     router.set_quota("slow", {**ROOMY, "expected_latency_s": 30.0})
@@ -59,7 +59,7 @@ def test_a_request_waits_for_a_fast_model_that_frees_sooner(router: RouterClient
 def test_a_slow_model_is_taken_while_its_call_ends_before_the_fast_one_frees(
     router: RouterClient,
 ) -> None:
-    # fast frees in ~100 s; slow likely ends in 10 s: the slow model is the sooner finish
+    # fast frees in ~100 s; slow likely ends in 12.5 s: the slow model is the sooner finish
     router.set_quota("fast", {**ROOMY, "rpm": 2, "window_s": 100,
                               "expected_latency_s": 1.0})
     router.set_quota("slow", {**ROOMY, "expected_latency_s": 5.0})
@@ -77,8 +77,8 @@ def test_without_a_latency_for_every_model_the_fair_share_decides(
 def test_a_spread_out_latency_counts_against_a_model(
     router: RouterClient, raw: redis.Redis, namespace: str,
 ) -> None:
-    # fast frees in ~20 s. steady and jumpy both average 6 s; jumpy's calls stray 4 s from
-    # it on average (likely 14 s: still sooner), then 8 s (likely 22 s: later than fast)
+    # fast frees in ~20 s. jumpy averages 6 s; its calls stray 4 s from it on average
+    # (likely 18 s: still sooner), then 8 s (likely 30 s: later than fast)
     router.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 20,
                               "expected_latency_s": 0.1})
     router.set_quota("jumpy", {**ROOMY, "expected_latency_s": 6.0})
@@ -112,14 +112,14 @@ def test_completions_learn_the_mean_deviation(
 
 
 def test_a_full_concurrency_counts_the_waiters_queued_ahead(router: RouterClient) -> None:
-    # fast: one slot, 1 s a call (likely 2 s); slow: room, likely 10 s. A request with n
-    # waiters ahead would get fast's slot in about (n + 1) s, done 2 s later: the first 8
-    # wait for it, the rest are sooner done on slow
+    # fast: one slot, 1 s a call (likely 2.5 s); slow: room, likely 12.5 s. A request with
+    # n waiters ahead would get fast's slot in about (n + 1) s, done 2.5 s later: the first
+    # 10 wait for it, the rest are sooner done on slow
     router.set_quota("fast", {**ROOMY, "max_concurrency": 1, "expected_latency_s": 1.0})
     router.set_quota("slow", {**ROOMY, "expected_latency_s": 5.0})
     assert _model(router) == "fast"
-    decisions = router.admit_many([AdmitRequest(100) for _ in range(12)])
-    assert [type(d).__name__ for d in decisions] == ["Wait"] * 8 + ["Admission"] * 4
+    decisions = router.admit_many([AdmitRequest(100) for _ in range(14)])
+    assert [type(d).__name__ for d in decisions] == ["Wait"] * 10 + ["Admission"] * 4
     assert {d.model for d in decisions if isinstance(d, Admission)} == {"slow"}
     assert {d.reason for d in decisions if isinstance(d, Wait)} == {"concurrency"}
 

@@ -10,8 +10,10 @@
 -- quota's prior 'lat' in s) plus FINISH_SPREAD mean deviations (K_EST '<model>|latd', an
 -- EWMA of |latency - mean| that complete.lua keeps; half the mean before any): model
 -- latencies are heavy-tailed, and a call judged by its mean alone ends far later one time
--- in three. About the 90th-95th percentile of a log-normal latency.
-local FINISH_SPREAD = 2
+-- in three. About the 97th percentile of a log-normal latency: a slow call that ends late
+-- delays the whole backlog by its excess, while one call more for a fast model costs a
+-- fraction of a second, so the choice errs towards the fast models.
+local FINISH_SPREAD = 3
 
 -- A model's likely and mean latency (ms), or nil when nothing is known of it.
 local function likely_latency(view)
