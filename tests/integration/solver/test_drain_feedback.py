@@ -78,8 +78,12 @@ async def test_a_real_limit_below_the_quota_is_learned_and_429s_stay_bounded(
     # the share halves per window at most: 20, 10, 5, then what the provider took), a window
     # is refused at most a probe's last step (one call, then two, four...) and, on average,
     # well under one call
+    # (windows counted from the first with traffic: on a loaded machine the drain can start
+    # a window or two after the simulator's timeline does)
+    first = next((i for i, (a, r) in enumerate(zip(timeline["requests"], refused, strict=True))
+                  if a or r), 0)
     learning = 5
-    after = refused[learning:]
+    after = refused[first + learning:]
     assert max(after, default=0) <= 4, refused
     assert sum(after) <= 0.5 * len(after), refused
     assert sum(refused) <= 2 * QUOTA_RPM, (refused, totals)
