@@ -40,6 +40,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--parallelism", type=int, default=32, help="Airflow core parallelism")
     p.add_argument("--warm", action="store_true",
                    help="router runs start with learned estimates (one call per model first)")
+    p.add_argument("--router-param", action="append", default=[], metavar="NAME=N",
+                   help="a parameter of the router's drain DAG run, e.g. fan_out=4 or "
+                        "max_in_flight=200 (default: the DAG's, solvers as advised)")
     p.add_argument("--redis-url", default=os.environ.get("LLMR_TEST_REDIS_URL",
                                                          "redis://127.0.0.1:6379/0"))
     p.add_argument("--postgres-dsn", default=os.environ.get(
@@ -64,7 +67,8 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
                       deadline_s={"as-is": args.as_is_deadline_min * 60,
                                   "router": args.router_deadline_min * 60},
                       redis_url=args.redis_url, postgres_dsn=args.postgres_dsn,
-                      parallelism=args.parallelism, warm=args.warm)
+                      parallelism=args.parallelism, warm=args.warm,
+                      router_params=_router_params(args.router_param))
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(_command() + "\n")
     for name in args.workloads:
@@ -78,6 +82,16 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
             with gzip.open(path, "wt") as f:
                 json.dump(raw, f, separators=(",", ":"))
             print(f"saved {path}", flush=True)
+
+
+def _router_params(given: list[str]) -> tuple[tuple[str, int], ...]:
+    params = []
+    for item in given:
+        name, _, value = item.partition("=")
+        if not name or not value.isdigit():
+            raise SystemExit(f"--router-param {item!r}: expected NAME=N, e.g. fan_out=4")
+        params.append((name, int(value)))
+    return tuple(params)
 
 
 def _command() -> str:

@@ -52,17 +52,21 @@ class RunOptions:
     #: before a router run, one real call per model through the router (then a window's
     #: wait): the namespace starts with learned estimates, as a deployment's does
     warm: bool = False
+    #: extra parameters of the router's drain DAG run (e.g. fan_out, max_in_flight)
+    router_params: tuple[tuple[str, int], ...] = ()
 
 
 def say(message: str) -> None:
     print(message, flush=True)
 
 
-def _conf(design: str, schema: str, profile: SimulatorProfile) -> dict[str, Any]:
+def _conf(design: str, schema: str, profile: SimulatorProfile,
+          router_params: tuple[tuple[str, int], ...] = ()) -> dict[str, Any]:
     if design == "as-is":  # its 30-minute worker kill, at the run's time scale
         return {"store_schema": schema, "worker_timeout_s": 1800.0 / profile.time_scale,
                 "models": [m.name for m in profile.models]}
-    return {"store_schema": schema, "linger_s": 0}  # the run ends when the backlog does
+    # the run ends when the backlog does
+    return {"store_schema": schema, "linger_s": 0, **dict(router_params)}
 
 
 def busiest_model(profile: SimulatorProfile, workload: Workload) -> str:
@@ -79,7 +83,7 @@ class Watch:
     """The run's clock, its DAG runs and its scheduled events."""
 
     def __init__(self, svc: Services, workload: Workload, design: str, reset_epoch: float,
-                 deadline_s: float) -> None:
+                 deadline_s: float, router_params: tuple[tuple[str, int], ...] = ()) -> None:
         self.svc, self.workload, self.design = svc, workload, design
         self.dag_id = DESIGNS[design]
         self.reset_epoch = reset_epoch
@@ -92,6 +96,7 @@ class Watch:
         self.runs: list[str] = []
         self.last_progress = 0.0
         self.last_state = "queued"
+        self.router_params = router_params
 
     def now(self) -> float:
         """Seconds since the simulator's stats reset (the timeline's clock)."""
@@ -102,7 +107,8 @@ class Watch:
         response = self.svc.stack.api(
             "POST", f"/dags/{self.dag_id}/dagRuns",
             json={"dag_run_id": run_id, "logical_date": None,
-                  "conf": _conf(self.design, self.svc.schema, self.svc.profile)})
+                  "conf": _conf(self.design, self.svc.schema, self.svc.profile,
+                                self.router_params)})
         response.raise_for_status()
         self.runs.append(run_id)
         self.events.append({"at": self.now(), "event": "trigger", "run_id": run_id})
@@ -247,7 +253,8 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         svc.stack.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
         with httpx.Client(base_url=svc.sim.url, timeout=10) as http:
             http.post("/stats/reset").raise_for_status()
-        watch = Watch(svc, workload, design, time.time(), opts.deadline_s[design])
+        watch = Watch(svc, workload, design, time.time(), opts.deadline_s[design],
+                      opts.router_params)
         stack.callback(watch.http.close)
         watch.trigger()
         outcome = watch.loop()
@@ -265,6 +272,7 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         "window_s": profile.scaled_window_s, "tasks": workload.size,
         "outcome": outcome, "deadline_s": opts.deadline_s[design],
         "warm": opts.warm and design == "router",
+        "router_params": dict(opts.router_params) if design == "router" else {},
         "started_epoch": started, "reset_epoch": watch.reset_epoch, "ended_s": ended,
         "events": watch.events, "provenance": _provenance(),
         "backend": backend, "rows": rows, "airflow": airflow,
