@@ -94,17 +94,18 @@ local function decide(req)
   local fair = not (req.ordered and req.ms)
   local pool = {}
   for k, m in ipairs(names) do pool[k] = m end
-  local order, lat, mean = nil, nil, nil
-  if fair then order, lat, mean = finish_order(names) end
+  local order, lat, mean, group = nil, nil, nil, nil
+  if fair then order, lat, mean, group = finish_order(names) end
   -- soonest: the earliest likely finish (ms from now) among the models tried
-  local rank, queued, best, reason, on, soonest, soon_m = nil, false, nil, nil, nil, nil, nil
+  local rank, queued, best, reason, on = nil, false, nil, nil, nil
+  local soonest, soon_m = nil, nil
   local why, tried = {}, 0
   for k = 1, #names do
     local m = names[k]
     if order then
       m = order[k]
-      -- it could not end sooner even with room now; nor could the models after it
-      if soonest and lat[m] >= soonest then break end
+      -- even with room now its group would end later; so would the groups after it
+      if soon_m and finish_passed(group[m], soonest, lat[soon_m]) then break end
     elseif fair then
       m = next_fair(pool)
     end

@@ -6,6 +6,7 @@ mean deviations (half the mean before one is learned)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -66,6 +67,15 @@ def test_a_slow_model_is_taken_while_its_call_ends_before_the_fast_one_frees(
     assert [_model(router) for _ in range(4)] == ["fast", "fast", "slow", "slow"]
 
 
+def test_equally_fast_models_share_by_weight(router: RouterClient) -> None:
+    # within 1.5 x of each other's likely latency, models count as equally fast
+    router.set_quota("fast", {**ROOMY, "expected_latency_s": 1.0})
+    router.set_quota("fast2", {**ROOMY, "expected_latency_s": 1.4, "weight": 2.0})
+    router.set_quota("slower", {**ROOMY, "expected_latency_s": 1.6})
+    served = Counter(_model(router) for _ in range(12))
+    assert served == {"fast": 4, "fast2": 8}
+
+
 def test_without_a_latency_for_every_model_the_fair_share_decides(
     router: RouterClient,
 ) -> None:
@@ -113,13 +123,14 @@ def test_completions_learn_the_mean_deviation(
 
 def test_a_full_concurrency_counts_the_waiters_queued_ahead(router: RouterClient) -> None:
     # fast: one slot, 1 s a call (likely 2.5 s); slow: room, likely 12.5 s. A request with
-    # n waiters ahead would get fast's slot in about (n + 1) s, done 2.5 s later: the first
-    # 10 wait for it, the rest are sooner done on slow
+    # n waiters ahead would get fast's slot in about (n + 1) s, done 2.5 s later; waiting is
+    # worth it while it saves more than one of fast's calls (2.5 s): the first 7 wait for
+    # it, the rest are sooner done on slow
     router.set_quota("fast", {**ROOMY, "max_concurrency": 1, "expected_latency_s": 1.0})
     router.set_quota("slow", {**ROOMY, "expected_latency_s": 5.0})
     assert _model(router) == "fast"
     decisions = router.admit_many([AdmitRequest(100) for _ in range(14)])
-    assert [type(d).__name__ for d in decisions] == ["Wait"] * 10 + ["Admission"] * 4
+    assert [type(d).__name__ for d in decisions] == ["Wait"] * 7 + ["Admission"] * 7
     assert {d.model for d in decisions if isinstance(d, Admission)} == {"slow"}
     assert {d.reason for d in decisions if isinstance(d, Wait)} == {"concurrency"}
 

@@ -41,8 +41,14 @@ local function likely_wait(st, wait, reason, req, rank, queued, mean)
   return (ahead + 1) * mean / st.q.conc
 end
 
--- The candidates in the order to try them (likeliest to finish first; equal ones in fair
--- share order), their likely and their mean latencies, or nil when the fair share decides:
+-- Models whose likely latencies are within FINISH_TIER of the fastest of a group count as
+-- equally fast (learned latencies differ by noise, and by the callers' own delays): among
+-- them the weighted fair share decides, as it does without latencies.
+local FINISH_TIER = 1.5
+
+-- The candidates in the order to try them (likeliest to finish first, each group of
+-- equally fast ones in fair share order), their likely and mean latencies and their
+-- group's (its fastest member's likely latency), or nil when the fair share decides alone:
 -- fewer than two candidates, or one without any latency estimate.
 local function finish_order(names)
   if #names < 2 then return nil end
@@ -54,14 +60,34 @@ local function finish_order(names)
     if not l then return nil end
     lat[m], mean[m], order[k] = l, u, m
   end
+  table.sort(order, function(a, b)
+    if lat[a] ~= lat[b] then return lat[a] < lat[b] end
+    return a < b
+  end)
+  local group, lead = {}, nil
+  for _, m in ipairs(order) do
+    if not lead or lat[m] > FINISH_TIER * lat[lead] then lead = m end
+    group[m] = lead
+  end
   local f = fair_load()
   local function tag(m) return math.max(f.tags[m] or 0, f.v) end
   table.sort(order, function(a, b)
-    if lat[a] ~= lat[b] then return lat[a] < lat[b] end
+    local ga, gb = group[a], group[b]
+    if ga ~= gb then return lat[ga] < lat[gb] or (lat[ga] == lat[gb] and ga < gb) end
     if tag(a) ~= tag(b) then return tag(a) < tag(b) end
     return a < b
   end)
-  return order, lat, mean
+  for m, lead in pairs(group) do group[m] = lat[lead] end
+  return order, lat, mean, group
+end
+
+-- Whether a group of candidates, its fastest of likely latency `l`, is not worth trying,
+-- nor any group after it: the model the request would likely finish soonest on (at
+-- `soonest`, its likely latency `soon_lat`, all in ms from now) would finish it sooner by
+-- more than one of its own calls. Waiting to save less is not worth holding a request
+-- while a model has room (nor is it measurable).
+local function finish_passed(l, soonest, soon_lat)
+  return soonest ~= nil and l >= soonest + soon_lat
 end
 
 -- What a request that waits is queued as (lib/waiters.lua): by the finish time it waits
