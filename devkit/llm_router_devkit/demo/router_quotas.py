@@ -20,8 +20,8 @@ def router_quotas(profile: SimulatorProfile) -> dict[str, dict[str, Any]]:
     The first output-token estimate is twice the model's mean (conservative until the
     engine has learned the real P95 from settled calls). The latency prior is the model's
     median latency (wall clock), what a platform team would configure from the provider's
-    figures: the advice and the drain's end-of-backlog routing use it until the first
-    calls are observed.
+    figures: the advice and the engine's finish-time choice of model use it until the
+    first calls are observed.
     """
     window = profile.scaled_window_s
     return {
