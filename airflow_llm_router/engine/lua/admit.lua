@@ -77,10 +77,10 @@ end
 
 -- Try the allowed models in fair-share order (or the caller's order) and admit on the
 -- first that has room; where the engine chooses and every candidate's latency is known,
--- in order of likely latency instead, admitting on the one that finishes soonest, and
--- waiting for it when that one has no room yet (lib/finish.lua). A model's state is
--- loaded only when it is tried, so an admission usually touches one model however many
--- there are.
+-- in order of likely latency instead (equally fast ones by weight), and, with
+-- wait_for_faster, waiting for a faster model that would finish the request sooner than
+-- a slower one with room (lib/finish.lua). A model's state is loaded only when it is
+-- tried, so an admission usually touches one model however many there are.
 local function decide(req)
   local again = reuse(req)
   if again then return again end
@@ -105,7 +105,9 @@ local function decide(req)
     if order then
       m = order[k]
       -- even with room now its group would end later; so would the groups after it
-      if soon_m and finish_passed(group[m], soonest, lat[soon_m]) then break end
+      if WAIT_FASTER and soon_m and finish_passed(group[m], soonest, lat[soon_m]) then
+        break
+      end
     elseif fair then
       m = next_fair(pool)
     end
