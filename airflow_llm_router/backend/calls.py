@@ -26,16 +26,23 @@ __all__ = [
     "http_client",
 ]
 
-#: Connections per httpx client: httpx's pool bookkeeping grows with its size (quadratic
-#: in queued requests), so many calls go faster through several small pools than one big.
-CONNECTIONS_PER_SHARD = 16
+#: Connections per httpx client. httpcore's pool looks at each of its connections
+#: (whether it expired, is idle, is free) every time a request starts or ends, and again
+#: per queued request: its CPU per call grows with the pool's size. Small pools, each
+#: call sent on the pool with the fewest calls in it, cost least (measured with
+#: ``bench/solver_cpu.py``; docs/benchmarks.md, "The solver's CPU per call").
+CONNECTIONS_PER_SHARD = 4
+#: The most pools (above it, pools grow past ``CONNECTIONS_PER_SHARD``).
+MAX_SHARDS = 64
 
 
 CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
 
 
 class ShardedClient:
-    """Several small ``httpx.AsyncClient`` pools used in turn.
+    """Several small ``httpx.AsyncClient`` pools; each call goes to the pool with the
+    fewest calls in it, so a call never queues in a full pool while another has a free
+    connection (with no more calls at once than ``max_connections``).
 
     One pool of hundreds of connections sent ~100 requests/s here; eight of 25 sent ~580/s.
     A call that waits long to be sent reaches the backend late, which is what the engine's
@@ -43,7 +50,7 @@ class ShardedClient:
     """
 
     def __init__(self, config: BackendConfig, max_connections: int) -> None:
-        shards = max(1, min(16, -(-max_connections // CONNECTIONS_PER_SHARD)))
+        shards = max(1, min(MAX_SHARDS, -(-max_connections // CONNECTIONS_PER_SHARD)))
         per = max(1, -(-max_connections // shards))
         tls = httpx.create_ssl_context()  # one for all pools: building it is the slow part
         self._clients = [
@@ -56,12 +63,22 @@ class ShardedClient:
             )
             for _ in range(shards)
         ]
-        self._next = 0
+        #: calls in each pool now
+        self._busy = [0] * shards
 
-    def pick(self) -> httpx.AsyncClient:
-        client = self._clients[self._next]
-        self._next = (self._next + 1) % len(self._clients)
-        return client
+    @property
+    def pools(self) -> int:
+        return len(self._clients)
+
+    async def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        """``POST path`` on the pool with the fewest calls in it (the first such)."""
+        busy = self._busy
+        i = busy.index(min(busy))
+        busy[i] += 1
+        try:
+            return await self._clients[i].post(path, **kwargs)
+        finally:
+            busy[i] -= 1
 
     async def __aenter__(self) -> ShardedClient:
         return self
@@ -139,7 +156,7 @@ async def call_single(
     started = time.monotonic()
     sent = _SentAt(on_sent)
     try:
-        response = await http.pick().post(config.single_path, json=body,
+        response = await http.post(config.single_path, json=body,
                                           timeout=config.timeout_s,
                                           extensions=sent.extensions())
     except httpx.TimeoutException:
@@ -157,8 +174,9 @@ async def call_single(
     if not isinstance(doc, dict):
         doc = {}
     said = _said(config, response)
-    return _with(said, sent.at, _classify(response.status_code, doc, f, latency,
-                                          _retry_after(response)))
+    code = response.status_code  # Retry-After is read only where it counts: a 429
+    return _with(said, sent.at, _classify(code, doc, f, latency,
+                                          _retry_after(response) if code == 429 else None))
 
 
 def _said(config: BackendConfig, response: httpx.Response) -> BackendSignals | None:
@@ -216,7 +234,7 @@ async def call_batch(
     started = time.monotonic()
     sent = _SentAt(on_sent)
     try:
-        response = await http.pick().post(config.batch_path, json={f.items: items},
+        response = await http.post(config.batch_path, json={f.items: items},
                                           timeout=config.timeout_s,
                                           extensions=sent.extensions())
         latency = time.monotonic() - started
