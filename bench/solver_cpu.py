@@ -1,0 +1,152 @@
+"""The solver's CPU per call, without Airflow: one drain (the ``DrainTrigger`` the
+triggerer runs) against the simulator with roomy quotas and near-zero latency, so
+neither quotas nor the backend's latency bind and the solver's own CPU is the limit;
+on demand, not in CI.
+
+    python -m bench.solver_cpu                       # 2,000 tasks, 200 in flight, 3 runs
+    python -m bench.solver_cpu --profile out.pstats  # and a cProfile of the last run
+
+Everything a call costs in the solver's process is counted: admission through the
+engine's asyncio client (``BatchAdmitter``), the HTTP call through httpx, the lease's
+completion, the result writes to PostgreSQL (their worker thread is in this process),
+logging and metrics. Redis, PostgreSQL and the simulator run in processes of their own.
+Each run reports calls/s (tasks solved / the drain's wall time) and the process's CPU
+seconds per call (``resource.getrusage``: user + system, all threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import resource
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from bench.common import DEFAULT_DSN, drain_once, guarded, private_services
+from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.simulator.profile import ModelProfile
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.solver_cpu", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=2000, help="tasks drained per run")
+    parser.add_argument("--max-in-flight", type=int, default=200,
+                        help="the drain's max_in_flight")
+    parser.add_argument("--models", type=int, default=2,
+                        help="models with a roomy quota (the tasks allow any)")
+    parser.add_argument("--runs", type=int, default=3, help="drains, one after another")
+    parser.add_argument("--prompt-chars", type=int, default=400, help="characters per prompt")
+    parser.add_argument("--profile", type=Path,
+                        help="write a cProfile of the last run here (pstats) and print its top")
+    parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
+                        help="a PostgreSQL the benchmark may create and drop a schema in")
+    parser.add_argument("--out", type=Path, help="also write the JSON results here")
+    return parser
+
+
+def sim_profile(models: int) -> SimulatorProfile:
+    """Models answering in ~5 ms (wall) with no provider limits."""
+    return SimulatorProfile(time_scale=200.0, seed=1, models=[
+        ModelProfile(name=f"m{i}", median_s=1.0, sigma=0.2, min_s=0.5, max_s=2.0,
+                     tail_rate=0.0, output_tokens_mean=100)
+        for i in range(models)])
+
+
+def _cpu_s() -> tuple[float, float]:
+    """User and system CPU seconds of this process (every thread) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def run_once(opts: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, Any]:
+    """One drain of ``--tasks`` tasks on a private Redis, schema and simulator."""
+    from airflow_llm_router.engine.client import RouterClient
+    from airflow_llm_router.engine.types import RouterSettings
+
+    run_id = uuid.uuid4().hex[:8]
+    schema, namespace = f"llmr_cpu_{run_id}", f"cpu-{run_id}"
+    prof = sim_profile(opts.models)
+    with ExitStack() as stack:
+        redis_server, sim, store = private_services(stack, opts.postgres_dsn, schema, prof)
+        os.environ.update({
+            "AIRFLOW_CONN_LLM_ROUTER_DEFAULT": json.dumps(
+                {"conn_type": "llm_router", "host": "127.0.0.1", "port": redis_server.port,
+                 "extra": {"namespace": namespace}}),
+            "AIRFLOW_CONN_POSTGRES_DEFAULT": opts.postgres_dsn,
+            "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(
+                {"conn_type": "models_backend", "host": sim.url, "extra": {"timeout_s": 60}}),
+        })
+        store.migrate()
+        store.enqueue([f"task {i} " + "x" * opts.prompt_chars for i in range(opts.tasks)])
+        router = RouterClient.from_url(redis_server.url, RouterSettings(namespace=namespace))
+        stack.callback(router.close)
+        for m in prof.models:
+            router.set_quota(m.name, {"rpm": 10_000_000, "tpm": 10_000_000_000,
+                                      "max_concurrency": 100_000,
+                                      "expected_output_tokens": 100})
+        cpu0, wall0 = _cpu_s(), time.monotonic()
+        if profiler is not None:
+            profiler.enable()
+        event = asyncio.run(drain_once(schema, f"cpu-{run_id}", timeout_s=600,
+                                       max_in_flight=opts.max_in_flight,
+                                       claim_batch=opts.max_in_flight))
+        if profiler is not None:
+            profiler.disable()
+        wall, cpu1 = time.monotonic() - wall0, _cpu_s()
+        user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+        cpu = user + system
+        solved = store.counts().get("solved", 0)
+    if event.get("status") != "done" or solved != opts.tasks:
+        raise RuntimeError(f"the drain solved {solved} of {opts.tasks} tasks: {event}")
+    return {"tasks": solved, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+            "calls_per_s": round(solved / wall, 1),
+            "cpu_ms_per_call": round(1000 * cpu / solved, 3),
+            "system_share": round(system / cpu, 2), "cpu_share": round(cpu / wall, 2),
+            "load1": round(os.getloadavg()[0], 1)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = _parser().parse_args(argv)
+    import airflow_llm_router.triggers.solve  # noqa: F401  (Airflow's imports, outside the runs)
+    if opts.tasks < 1 or opts.max_in_flight < 1 or opts.models < 1 or opts.runs < 1:
+        print("error: --tasks, --max-in-flight, --models and --runs must be >= 1",
+              file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = []
+
+    def run_all() -> int:
+        for i in range(opts.runs):
+            last = opts.profile is not None and i == opts.runs - 1
+            profiler = cProfile.Profile() if last else None
+            rows.append(run_once(opts, profiler))
+            print(json.dumps(rows[-1]), flush=True)
+            if profiler is not None:
+                profiler.dump_stats(opts.profile)
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        return 0
+
+    status = guarded(run_all)
+    if status:
+        return status
+    summary = {"runs": len(rows),
+               "median_calls_per_s": statistics.median(r["calls_per_s"] for r in rows),
+               "median_cpu_ms_per_call": statistics.median(r["cpu_ms_per_call"] for r in rows)}
+    print(json.dumps(summary))
+    if opts.out:
+        opts.out.write_text(json.dumps({"runs": rows, **summary}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
