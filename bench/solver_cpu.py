@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="models with a roomy quota (the tasks allow any)")
     parser.add_argument("--runs", type=int, default=3, help="drains, one after another")
     parser.add_argument("--prompt-chars", type=int, default=400, help="characters per prompt")
+    parser.add_argument("--http-only", action="store_true",
+                        help="only the backend calls (no admission, no store): their share")
     parser.add_argument("--profile", type=Path,
                         help="write a cProfile of the last run here (pstats) and print its top")
     parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
@@ -67,6 +69,49 @@ def _cpu_s() -> tuple[float, float]:
     """User and system CPU seconds of this process (every thread) so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime, usage.ru_stime
+
+
+def _result(solved: int, wall: float, cpu0: tuple[float, float]) -> dict[str, Any]:
+    cpu1 = _cpu_s()
+    user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    cpu = user + system
+    return {"tasks": solved, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+            "calls_per_s": round(solved / wall, 1),
+            "cpu_ms_per_call": round(1000 * cpu / solved, 3),
+            "system_share": round(system / cpu, 2), "cpu_share": round(cpu / wall, 2),
+            "load1": round(os.getloadavg()[0], 1)}
+
+
+async def _calls_only(url: str, opts: argparse.Namespace) -> tuple[float, tuple[float, float]]:
+    """``--tasks`` backend calls, ``--max-in-flight`` at once, through the solver's HTTP
+    pools: the wall time and the CPU counters at its start."""
+    from airflow_llm_router.backend import call_single, http_client
+    from airflow_llm_router.backend.config import BackendConfig
+
+    config = BackendConfig(base_url=url, timeout_s=60)
+    slots = asyncio.Semaphore(opts.max_in_flight)
+    prompt = "x" * opts.prompt_chars
+
+    async def one(i: int) -> None:
+        async with slots:
+            result = await call_single(http, config, model=f"m{i % opts.models}",
+                                       prompt=prompt, on_sent=lambda: None)
+        if result.status != "ok":
+            raise RuntimeError(f"a backend call failed: {result.error}")
+
+    async with await http_client(config, opts.max_in_flight) as http:
+        cpu0, wall0 = _cpu_s(), time.monotonic()
+        await asyncio.gather(*(one(i) for i in range(opts.tasks)))
+        return time.monotonic() - wall0, cpu0
+
+
+def run_calls(opts: argparse.Namespace) -> dict[str, Any]:
+    """``--http-only``: the backend calls alone, against a private simulator."""
+    from llm_router_devkit.simulator.server import SimulatorProcess
+
+    with SimulatorProcess(sim_profile(opts.models)) as sim:
+        wall, cpu0 = asyncio.run(_calls_only(sim.url, opts))
+    return _result(opts.tasks, wall, cpu0)
 
 
 def run_once(opts: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, Any]:
@@ -103,33 +148,28 @@ def run_once(opts: argparse.Namespace, profiler: cProfile.Profile | None) -> dic
                                        claim_batch=opts.max_in_flight))
         if profiler is not None:
             profiler.disable()
-        wall, cpu1 = time.monotonic() - wall0, _cpu_s()
-        user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
-        cpu = user + system
-        solved = store.counts().get("solved", 0)
-    if event.get("status") != "done" or solved != opts.tasks:
-        raise RuntimeError(f"the drain solved {solved} of {opts.tasks} tasks: {event}")
-    return {"tasks": solved, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-            "calls_per_s": round(solved / wall, 1),
-            "cpu_ms_per_call": round(1000 * cpu / solved, 3),
-            "system_share": round(system / cpu, 2), "cpu_share": round(cpu / wall, 2),
-            "load1": round(os.getloadavg()[0], 1)}
+        wall = time.monotonic() - wall0
+        result = _result(store.counts().get("solved", 0), wall, cpu0)
+    if event.get("status") != "done" or result["tasks"] != opts.tasks:
+        raise RuntimeError(f"the drain solved {result['tasks']} of {opts.tasks} tasks: "
+                           f"{event}")
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = _parser().parse_args(argv)
-    import airflow_llm_router.triggers.solve  # noqa: F401  (Airflow's imports, outside the runs)
     if opts.tasks < 1 or opts.max_in_flight < 1 or opts.models < 1 or opts.runs < 1:
         print("error: --tasks, --max-in-flight, --models and --runs must be >= 1",
               file=sys.stderr)
         return 2
+    import airflow_llm_router.triggers.solve  # noqa: F401  (Airflow's imports, outside the runs)
     rows: list[dict[str, Any]] = []
 
     def run_all() -> int:
         for i in range(opts.runs):
             last = opts.profile is not None and i == opts.runs - 1
             profiler = cProfile.Profile() if last else None
-            rows.append(run_once(opts, profiler))
+            rows.append(run_calls(opts) if opts.http_only else run_once(opts, profiler))
             print(json.dumps(rows[-1]), flush=True)
             if profiler is not None:
                 profiler.dump_stats(opts.profile)
