@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
@@ -15,7 +16,7 @@ from airflow_llm_router.engine.merger import ScriptMerger
 from airflow_llm_router.engine.releases import RELEASE_HELPS, ReleaseListener
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
-from airflow_llm_router.engine.slots import SlotRetry, refused_by_migration
+from airflow_llm_router.engine.slots import SlotRetry, retried_in_migration
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 
 __all__ = ["AsyncRouterClient"]
@@ -59,7 +60,8 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
 
     async def _run(self, action: Script | Command | LoadQuotas) -> Any:
         if isinstance(action, Command):
-            return await self.redis.execute_command(*action.args)
+            return await self._retried(str(action.args[0]),
+                                       lambda: self.redis.execute_command(*action.args))
         if isinstance(action, LoadQuotas):
             return await asyncio.to_thread(self._load_quotas)
         if action.items is not None:
@@ -70,14 +72,8 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
         keys, args = self.core.script_keys(action), [self.core.settings_arg, *action.argv()]
         wait = self.core.wait_args(action.op)
         if wait is None:
-            retry = SlotRetry(action.op, self.core.settings.namespace)
-            while True:
-                try:
-                    return await self._scripts[action.op](keys=keys, args=args)
-                except redis.RedisError as err:
-                    if not refused_by_migration(err):
-                        raise
-                    await asyncio.sleep(retry.pause(err))
+            return await self._retried(
+                action.op, lambda: self._scripts[action.op](keys=keys, args=args))
         # the WAIT must follow the script on the same connection: one pipeline
         pipe = self.redis.pipeline(transaction=False)
         await self._scripts[action.op](keys=keys, args=args, client=pipe)
@@ -85,6 +81,18 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
         reply, acked = await pipe.execute()
         self.core.replicated(action.op, acked)
         return reply
+
+    async def _retried(self, op: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``await call()``, retried while a slot migration refuses it or the cluster
+        client closes its connection refreshing the slot map (``slots.py``)."""
+        retry = SlotRetry(op, self.core.settings.namespace)
+        while True:
+            try:
+                return await call()
+            except (redis.RedisError, AttributeError) as err:
+                if not retried_in_migration(err):
+                    raise
+                await asyncio.sleep(retry.pause(err))
 
     @property
     def releases(self) -> ReleaseListener:

@@ -8,6 +8,11 @@ retries ``TRYAGAIN`` 16 times, about 0.4 s, then raises ``ClusterError("TTL exha
 a migration of a busy namespace takes longer, so the clients go on retrying the refused
 call (nothing of it was applied) with a short backoff for up to :data:`MIGRATION_WAIT_S`,
 then raise :class:`~airflow_llm_router.exceptions.SlotMigrationError`.
+
+After the move, redis-py's asyncio cluster client (8.1) refreshes its slot map and closes
+connections that other coroutines are about to write to: such a call fails with
+``AttributeError: 'NoneType' object has no attribute 'writelines'`` before anything of it
+is written (:func:`closed_under_call`). It is retried the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from redis.exceptions import ClusterError, TryAgainError
 
 from airflow_llm_router.exceptions import SlotMigrationError
 
-__all__ = ["MIGRATION_WAIT_S", "SlotRetry", "refused_by_migration"]
+__all__ = ["MIGRATION_WAIT_S", "SlotRetry", "closed_under_call", "refused_by_migration",
+           "retried_in_migration"]
 
 #: How long a client retries a script that a slot migration keeps refusing.
 MIGRATION_WAIT_S = 15.0
@@ -31,6 +37,26 @@ def refused_by_migration(err: BaseException) -> bool:
     if isinstance(err, TryAgainError):
         return True
     return type(err) is ClusterError and "TTL exhausted" in str(err)
+
+
+def closed_under_call(err: BaseException) -> bool:
+    """Whether ``err`` is redis-py's asyncio client writing to a connection that its
+    cluster client closed meanwhile (refreshing its slot map after a migration): an
+    ``AttributeError`` on a ``None`` stream raised inside ``redis.asyncio``, before the
+    command reached the wire."""
+    if not isinstance(err, AttributeError) or "'NoneType' object" not in str(err):
+        return False
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "redis/asyncio/" in tb.tb_frame.f_code.co_filename.replace(
+        "\\", "/")
+
+
+def retried_in_migration(err: BaseException) -> bool:
+    """Whether a client retries ``err`` (with :class:`SlotRetry`): nothing of the call was
+    applied, and the slot's move explains it."""
+    return refused_by_migration(err) or closed_under_call(err)
 
 
 class SlotRetry:
@@ -51,8 +77,9 @@ class SlotRetry:
         if now >= self._deadline:
             raise SlotMigrationError(
                 f"{self.op}: Redis Cluster refused it for {self.wait_s:g} s while the slot "
-                f"of router namespace {self.namespace!r} was being migrated ({err}); "
-                "nothing of it was applied: retry once the migration is over (a migration "
-                "left half done is completed by `redis-cli --cluster fix`)") from err
+                f"of router namespace {self.namespace!r} was being migrated "
+                f"({type(err).__name__}: {err}); nothing of it was applied: retry once the "
+                "migration is over (a migration left half done is completed by "
+                "`redis-cli --cluster fix`)") from err
         pause, self._pause = self._pause, min(_MOST_S, self._pause * 2)
         return pause
