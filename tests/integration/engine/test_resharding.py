@@ -42,7 +42,7 @@ from airflow_llm_router.engine import (
 from airflow_llm_router.engine.core import Decision
 from airflow_llm_router.exceptions import SlotMigrationError
 from llm_router_devkit.redis_tools import LocalCluster
-from tests.integration.engine.clusters import SERVER_DIRS, SERVER_IDS, cluster_of
+from tests.integration.engine.clusters import SERVER_DIRS, SERVER_IDS, cluster_of, reshard
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -78,7 +78,7 @@ and completing at once."""
     #: when each decision (admission or wait) was answered
     answered: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    #: failures of redis-py's asyncio cluster client (see _async_once)
+    #: repeats sent by redis-py's asyncio cluster client (see _async_once)
     redis_py: Counter[str] = field(default_factory=Counter)
     moved: threading.Event = field(default_factory=threading.Event)
     after: int = 0
@@ -123,9 +123,10 @@ and completing at once."""
 
     async def _async_once(self, router: AsyncRouterClient,
                           models: tuple[str, ...] | None) -> float:
-        """As :meth:`_once`, but for two failures of redis-py's asyncio cluster client
-        while it refreshes its slot map (not of the engine: its guarantees are checked on
-        these callers' admissions too), which are counted apart."""
+        """As :meth:`_once`. A connection that redis-py's asyncio cluster client closes
+        under a call while it refreshes its slot map is the client's to retry (a finding
+        here); a complete that redis-py sent again after a connection error is counted
+        apart (the engine answers the repeat ``settled``)."""
         sent = time.monotonic()
         try:
             got = (await router.admit_many([AdmitRequest(1, models=models)]))[0]
@@ -138,13 +139,7 @@ and completing at once."""
                     self.redis_py["complete sent twice"] += 1
                 else:
                     assert status == "released"
-        except AttributeError as err:
-            if "writelines" not in str(err):
-                raise
-            # a connection closed by the slot map's refresh while another coroutine used it
-            self.redis_py["connection closed under a call"] += 1
-            return 0.05
-        except Exception as err:  # every other failure is one of the test's findings
+        except Exception as err:  # every failure is one of the test's findings
             return self._note(f"async {type(err).__name__}: {err}")
         return self._record(got, sent, answered)
 
@@ -207,42 +202,16 @@ def _await_progress(nodes: list[redis.Redis], since: int, traffic: Traffic) -> N
 
 def _reshard(cluster: LocalCluster, slot: int, traffic: Traffic, paced: bool,
              mid_move: Callable[[], None]) -> tuple[int, float, float]:
-    """Move ``slot`` from its node to the next one (paced: key by key, each after more
-    scripts reached the nodes; else 10 keys per MIGRATE), calling ``mid_move`` after the
-    first MIGRATE; returns the keys moved, when the slot was marked migrating and when the
-    new node took it (monotonic s)."""
-    nodes = [redis.Redis(port=n.port) for n in cluster.nodes]
-    try:
-        ids = [n.execute_command("CLUSTER", "MYID").decode() for n in nodes]
-        owner = next(i for i, n in enumerate(nodes)
-                     if n.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) > 0)
-        source, target = nodes[owner], nodes[(owner + 1) % len(nodes)]
-        target_id = ids[(owner + 1) % len(nodes)]
-        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[owner])
-        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-        migrating = time.monotonic()
-        port = cluster.nodes[(owner + 1) % len(nodes)].port
-        moved = 0
-        while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot,
-                                             1 if paced else 10):
-            since = _progress(nodes) if paced else 0
-            source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "REPLACE",
-                                   "KEYS", *keys)
-            if not moved:
-                mid_move()
-            moved += len(keys)
-            if paced:
-                _await_progress(nodes, since, traffic)
-        for node in (target, source, *(n for n in nodes if n not in (source, target))):
-            node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-            if node is target:
-                owned = time.monotonic()
-        assert source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
-        assert target.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) > 0
-        return moved, migrating, owned
-    finally:
-        for n in nodes:
-            n.close()
+    """Move ``slot`` (paced: key by key, each after more scripts reached the nodes; else
+    10 keys per MIGRATE), calling ``mid_move`` after the first MIGRATE (clusters.reshard)."""
+    if not paced:
+        return reshard(cluster, slot, mid_move=mid_move)
+
+    def pace(nodes: list[redis.Redis]) -> Callable[[], None]:
+        since = _progress(nodes)
+        return lambda: _await_progress(nodes, since, traffic)
+
+    return reshard(cluster, slot, per_migrate=1, mid_move=mid_move, pace=pace)
 
 
 def _over_target(log: list[tuple[str, str, float, float]]) -> list[str]:
