@@ -14,8 +14,8 @@ each of 4 runs had some: send stamps dropped, settlements lost, the drain ended)
 
 Why 25 moves and not a move every 50 ms for the whole drain: moved that way (~100 moves in
 a 10 s drain), 4 drains of 14 took ~150 s instead of ~10 (one past the test's timeout)
-and 2 of 14 had 3 and 6 calls over a window's rpm at the backend; not understood yet
-(docs/engine.md, "What a resharding costs").
+and 2 of 14 had 3 and 6 calls over a window's rpm at the backend (docs/engine.md, "A
+drain across a resharding": the slow ones hang closing the release listener).
 """
 
 from __future__ import annotations
