@@ -27,6 +27,10 @@ RELEASE_HELPS = frozenset({"concurrency", "tpm", "input_tpm", "output_tpm", "bre
                            "warming", "budget"})
 
 
+#: How long :meth:`ReleaseListener.stop` waits for the cancelled subscription to end.
+STOP_WAIT_S = 5.0
+
+
 class ReleaseListener:
     """One pub/sub subscription per client, shared by all its waiting coroutines.
 
@@ -131,12 +135,27 @@ class ReleaseListener:
             return False
 
     async def stop(self) -> None:
-        if self._task is None:
+        """Cancel the subscription and wait for it to end, at most :data:`STOP_WAIT_S`: a
+        pub/sub read that ignores its cancellation (seen in redis-py's cluster pub/sub
+        while the slot map is refreshed) is left behind with a warning rather than holding
+        the caller (a drain closing its client) for ever. The caller's own cancellation
+        goes through."""
+        task, self._task = self._task, None
+        if task is None:
             return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
-        self._task = None
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not done:
+            log.warning("the release listener did not end within %g s of its cancellation "
+                        "(a pub/sub read held it); left behind", STOP_WAIT_S)
+        task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a listener's end as seen (it logs its own errors), so asyncio does not report
+    an exception never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _messages(pubsub: Any, sharded: bool) -> AsyncIterator[dict[str, Any]]:
