@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_llm_router.engine.quota import validate_model_name
-from airflow_llm_router.engine.types import AdmitRequest, Outcome
+from airflow_llm_router.engine.types import AdmitRequest, Outcome, as_on_budget
 from airflow_llm_router.names import kind_problem
 
 __all__ = ["MAX_HOP_MS", "Completion", "encode_completion", "encode_request"]
@@ -93,8 +93,7 @@ def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
         problem = kind_problem(r.kind)
         if problem:
             raise ValueError(f"kind: {problem}")
-    if r.on_budget not in ("overflow", "wait"):
-        raise ValueError(f"on_budget: {r.on_budget!r} is not 'overflow' or 'wait'")
+    as_on_budget(r.on_budget)
     if not isinstance(r.hop_ms, int) or not 0 <= r.hop_ms <= MAX_HOP_MS:
         raise ValueError(f"hop_ms: {r.hop_ms!r} is not a whole number of ms between 0 and "
                          f"{MAX_HOP_MS}")

@@ -46,39 +46,59 @@ end
 -- them the weighted fair share decides, as it does without latencies.
 local FINISH_TIER = 1.5
 
+-- The likely and mean latencies of a list of candidates and each one's group (its fastest
+-- member's likely latency), or false when the fair share decides alone: fewer than two
+-- candidates, or one without any latency estimate. They depend only on the list and the
+-- estimates (read once per script call), so every any-model request of a batch shares one
+-- computation (cached by the list: model_names() returns the same table each time).
+local TIERS = {}
+local function finish_tiers(names)
+  local t = TIERS[names]
+  if t ~= nil then return t end
+  t = false
+  if #names >= 2 then
+    local lat, mean, order = {}, {}, {}
+    for k, m in ipairs(names) do
+      local view = model_view(m)
+      local l, u = nil, nil
+      if view then l, u = likely_latency(view) end
+      if not l then order = nil break end
+      lat[m], mean[m], order[k] = l, u, m
+    end
+    if order then
+      table.sort(order, function(a, b)
+        if lat[a] ~= lat[b] then return lat[a] < lat[b] end
+        return a < b
+      end)
+      local group, lead = {}, nil
+      for _, m in ipairs(order) do
+        if not lead or lat[m] > FINISH_TIER * lat[lead] then lead = m end
+        group[m] = lat[lead]
+      end
+      t = {lat = lat, mean = mean, group = group}
+    end
+  end
+  TIERS[names] = t
+  return t
+end
+
 -- The candidates in the order to try them (likeliest to finish first, each group of
--- equally fast ones in fair share order), their likely and mean latencies and their
--- group's (its fastest member's likely latency), or nil when the fair share decides alone:
--- fewer than two candidates, or one without any latency estimate.
+-- equally fast ones in fair share order, which moves with every admission), their likely
+-- and mean latencies and their group's, or nil when the fair share decides alone.
 local function finish_order(names)
-  if #names < 2 then return nil end
-  local lat, mean, order = {}, {}, {}
-  for k, m in ipairs(names) do
-    local view = model_view(m)
-    local l, u = nil, nil
-    if view then l, u = likely_latency(view) end
-    if not l then return nil end
-    lat[m], mean[m], order[k] = l, u, m
-  end
-  table.sort(order, function(a, b)
-    if lat[a] ~= lat[b] then return lat[a] < lat[b] end
-    return a < b
-  end)
-  local group, lead = {}, nil
-  for _, m in ipairs(order) do
-    if not lead or lat[m] > FINISH_TIER * lat[lead] then lead = m end
-    group[m] = lead
-  end
+  local t = finish_tiers(names)
+  if not t then return nil end
+  local lat, group, order = t.lat, t.group, {}
+  for k, m in ipairs(names) do order[k] = m end
   local f = fair_load()
   local function tag(m) return math.max(f.tags[m] or 0, f.v) end
   table.sort(order, function(a, b)
     local ga, gb = group[a], group[b]
-    if ga ~= gb then return lat[ga] < lat[gb] or (lat[ga] == lat[gb] and ga < gb) end
+    if ga ~= gb then return ga < gb end
     if tag(a) ~= tag(b) then return tag(a) < tag(b) end
     return a < b
   end)
-  for m, lead in pairs(group) do group[m] = lat[lead] end
-  return order, lat, mean, group
+  return order, lat, t.mean, group
 end
 
 -- Whether a group of candidates, its fastest of likely latency `l`, is not worth trying,
