@@ -117,7 +117,10 @@ def encode_completion(c: Completion) -> list[Any]:
     if c.outcome not in _OUTCOMES:
         raise ValueError(f"outcome: {c.outcome!r} is not one of {', '.join(_OUTCOMES)}")
     for name, value in (("input_tokens", c.input_tokens), ("output_tokens", c.output_tokens)):
-        if value is not None and (not isinstance(value, int) or value < 0):
+        # a bool is an int in Python but no count: the settle script would fail on it,
+        # and with it every settlement merged into the same script call
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
             raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
     known = c.input_tokens is not None and c.output_tokens is not None
     retry_ms = 0 if c.retry_after_s is None else max(0, math.ceil(c.retry_after_s * 1000))

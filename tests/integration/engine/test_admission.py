@@ -171,6 +171,23 @@ def test_bad_admit_input_names_the_field(router: RouterClient, kwargs: dict, fie
         router.admit(**kwargs)
 
 
+@pytest.mark.parametrize(("usage", "field"), [((-5, 3), "input_tokens"),
+                                              ((3, True), "output_tokens")])
+def test_a_bad_usage_is_refused_before_redis_and_the_lease_stays_settleable(
+        router: RouterClient, usage: tuple[int, int], field: str) -> None:
+    """A negative or boolean token count is refused, naming the field, before anything
+    goes to Redis, and the lease can still be settled. ``true`` once reached the settle
+    script and failed it there, and with it every settlement the async client had merged
+    into the same script call."""
+    router.set_quota("a", BIG)
+    lease = router.admit(10)
+    assert isinstance(lease, Admission)
+    with pytest.raises(ValueError, match=field):
+        router.complete(lease.lease_id, *usage)
+    assert router.complete(lease.lease_id) == "released"
+    assert router.stats().models["a"].in_flight == 0
+
+
 def test_engine_learns_output_tokens_per_model(router: RouterClient) -> None:
     router.set_quota("a", {**BIG, "expected_output_tokens": 100})
     router.set_quota("b", {**BIG, "expected_output_tokens": 100})
