@@ -7,6 +7,7 @@ limited (with Retry-After), retryable error, or final error.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +26,8 @@ __all__ = [
     "call_single",
     "http_client",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Connections per httpx client. httpcore's pool looks at each of its connections
 #: (whether it expired, is idle, is free) every time a request starts or ends, and again
@@ -128,11 +131,34 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def _usage(body: dict[str, Any], f: BackendFields) -> tuple[int | None, int | None]:
-    usage = body.get(f.usage) or {}
+    """The answer's token usage, or ``(None, None)``: usage unknown, so the engine keeps its
+    estimate for the call (never less). Usage that is there but is not a whole number >= 0
+    (a negative count, ``true``, text) is a backend bug: it is logged (the field and its
+    value, never the prompt) and counts as unknown, since settling it would either refund
+    window usage the call did spend or fail the lease's settlement."""
+    usage = body.get(f.usage)
+    if usage is None:
+        return None, None
+    if not isinstance(usage, dict):
+        log.warning("backend answer: %r is %.80r, not an object; usage counted as unknown",
+                    f.usage, usage)
+        return None, None
     inp, out = usage.get(f.input_tokens), usage.get(f.output_tokens)
-    if isinstance(inp, int) and isinstance(out, int):
-        return inp, out
-    return None, None
+    bad = [(name, value) for name, value in ((f.input_tokens, inp), (f.output_tokens, out))
+           if value is not None and not _token_count(value)]
+    if bad:
+        log.warning("backend answer: %s; usage counted as unknown",
+                    ", ".join(f"{f.usage}.{name} is {value!r:.80}, not a whole number >= 0"
+                              for name, value in bad))
+        return None, None
+    if inp is None or out is None:  # not reported (both are needed to settle)
+        return None, None
+    return inp, out
+
+
+def _token_count(value: object) -> bool:
+    """Whether ``value`` is a token count (``bool`` is an ``int`` in Python, not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 async def call_single(

@@ -186,28 +186,68 @@ class Solver:
         return result
 
     async def _settle(self, done: Completion) -> None:
-        """Settle one lease; past the Redis outage budget it is dropped: its slot frees
-        when the lease expires, its window usage stays as estimated (never less)."""
+        """Settle one lease; never raises (an answered call's settlement runs in the
+        background, where an error would go unseen, and a failed call's must not fail the
+        drain). Past the Redis outage budget it is dropped: its slot frees when the lease
+        expires, its window usage stays as estimated (never less). Any other error (a bug,
+        or a backend answer the engine cannot take) is logged with its traceback and the
+        lease is settled again with nothing but its outcome (usage unknown: the estimate
+        stays), so its slot frees now rather than at its expiry."""
         try:
             await self.outage.call(self.router.complete_many, [done], what="settlement")
+            return
         except REDIS_DOWN:
             log.warning("lease %s not settled (Redis unreachable); it expires by itself",
                         done.lease_id)
+            return
+        except Exception as err:
+            log.exception("lease %s: settlement failed (%r); settling it again with usage "
+                          "unknown", done.lease_id, err)
+        # only the outcome: a 429 still cools the model down (for the engine's default time)
+        bare = Completion(done.lease_id, outcome=done.outcome)
+        try:
+            await self.outage.call(self.router.complete_many, [bare], what="settlement")
+        except Exception as err:
+            log.error("lease %s not settled (%r); it expires by itself", done.lease_id, err,
+                      exc_info=not isinstance(err, REDIS_DOWN))
 
 
 async def _keep_alive(router: AsyncRouterClient, progress: _Progress) -> None:
-    """Heartbeat every live lease together, a third of the lease TTL apart. A heartbeat
-    lost to a Redis outage is simply tried again next time (a lease that expires meanwhile
-    frees its slot; the call goes on)."""
+    """Heartbeat every live lease together, a third of the lease TTL apart; never ends
+    before it is cancelled (a lease that misses its heartbeats only expires: its slot
+    frees, its call goes on, which no error here is worth ending a drain for). A heartbeat
+    lost to a Redis outage is simply tried again next time. Any other error is logged with
+    its traceback and the leases are heartbeated one by one, so one bad lease (a damaged
+    key) does not let the others expire."""
     every = router.settings.lease_ttl_s / 3
     while True:
         await asyncio.sleep(every)
         if progress.live:
-            try:
-                await router.heartbeat_many(list(progress.live))
-            except REDIS_DOWN as err:
-                log.warning("lease heartbeat failed (%s); trying again in %.1f s",
-                            type(err).__name__, every)
+            await _heartbeat(router, list(progress.live), every)
+
+
+async def _heartbeat(router: AsyncRouterClient, leases: list[str], every: float) -> None:
+    """One round of :func:`_keep_alive`; never raises but for cancellation."""
+    try:
+        await router.heartbeat_many(leases)
+        return
+    except REDIS_DOWN as err:
+        log.warning("lease heartbeat failed (%s); trying again in %.1f s",
+                    type(err).__name__, every)
+        return
+    except Exception as err:
+        log.exception("lease heartbeat of %d leases failed (%r); heartbeating each alone",
+                      len(leases), err)
+    for lease_id in leases:
+        try:
+            await router.heartbeat_many([lease_id])
+        except REDIS_DOWN as err:
+            log.warning("lease heartbeat failed (%s); trying again in %.1f s",
+                        type(err).__name__, every)
+            return
+        except Exception as err:
+            log.exception("lease %s: heartbeat failed (%r); trying again in %.1f s",
+                          lease_id, err, every)
 
 
 async def _report(router: AsyncRouterClient, progress: _Progress, every_s: float) -> None:
