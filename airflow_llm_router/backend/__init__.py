@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from airflow_llm_router.backend.calls import (
+    BackendHttp,
     CallResult,
     CallStatus,
-    ShardedClient,
     call_batch,
     call_single,
     http_client,
@@ -15,9 +15,9 @@ from airflow_llm_router.backend.config import BackendConfig, BackendFields
 __all__ = [
     "BackendConfig",
     "BackendFields",
+    "BackendHttp",
     "CallResult",
     "CallStatus",
-    "ShardedClient",
     "call_batch",
     "call_single",
     "http_client",

@@ -6,22 +6,24 @@ limited (with Retry-After), retryable error, or final error.
 
 from __future__ import annotations
 
-import asyncio
+import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 
 from airflow_llm_router.backend.config import BackendConfig, BackendFields
 from airflow_llm_router.backend.signals import BackendSignals, read_signals
 
 __all__ = [
+    "BackendHttp",
     "CallResult",
     "CallStatus",
-    "ShardedClient",
+    "Reply",
     "call_batch",
     "call_single",
     "http_client",
@@ -29,69 +31,103 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Connections per httpx client. httpcore's pool looks at each of its connections
-#: (whether it expired, is idle, is free) every time a request starts or ends, and again
-#: per queued request: its CPU per call grows with the pool's size. Small pools, each
-#: call sent on the pool with the fewest calls in it, cost least (measured with
-#: ``bench/solver_cpu.py``; docs/benchmarks.md, "The solver's CPU per call").
-CONNECTIONS_PER_SHARD = 4
-#: The most pools (above it, pools grow past ``CONNECTIONS_PER_SHARD``).
-MAX_SHARDS = 64
-
+#: How long an idle connection is kept for the next call. Below the 5 s that common
+#: servers (uvicorn, many proxies) keep one open: a call sent on a connection the server
+#: is closing fails before the backend sees it, and a POST is not retried by the client.
+KEEPALIVE_S = 4.0
 
 CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
 
 
-class ShardedClient:
-    """Several small ``httpx.AsyncClient`` pools; each call goes to the pool with the
-    fewest calls in it, so a call never queues in a full pool while another has a free
-    connection (with no more calls at once than ``max_connections``).
+@dataclass(frozen=True)
+class Reply:
+    """A backend's HTTP answer, read whole: its status, headers (case-insensitive) and
+    body."""
 
-    One pool of hundreds of connections sent ~100 requests/s here; eight of 25 sent ~580/s.
-    A call that waits long to be sent reaches the backend late, which is what the engine's
-    send stamps correct for; sending fast keeps that correction small.
+    status_code: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON (:raises ValueError: it is not)."""
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+class _SentAt:
+    """When the request was written to the connection, and a callback then (fired once,
+    from aiohttp's trace of the body's first chunk, which it sends with the headers)."""
+
+    __slots__ = ("_on_sent", "at")
+
+    def __init__(self, on_sent: Callable[[], None] | None) -> None:
+        self._on_sent = on_sent
+        self.at: float | None = None
+
+    def mark(self) -> None:
+        if self.at is None:
+            self.at = time.time()
+            if self._on_sent is not None:
+                self._on_sent()
+
+
+async def _chunk_sent(_session: aiohttp.ClientSession, ctx: SimpleNamespace,
+                      _params: aiohttp.TraceRequestChunkSentParams) -> None:
+    sent = ctx.trace_request_ctx
+    if isinstance(sent, _SentAt):
+        sent.mark()
+
+
+class BackendHttp:
+    """The solver's HTTP client for the backend: one aiohttp session whose pool holds up to
+    ``max_connections`` connections, so up to that many calls are sent at once and none
+    queues while a connection is free.
+
+    aiohttp, not httpx: the client's CPU per call bounds how fast a triggerer sends a
+    window's calls, and aiohttp's costs a quarter of httpx's (measured with
+    ``bench/solver_cpu.py``; docs/benchmarks.md, "The solver's CPU per call"). Create it
+    inside the event loop that uses it.
     """
 
     def __init__(self, config: BackendConfig, max_connections: int) -> None:
-        shards = max(1, min(MAX_SHARDS, -(-max_connections // CONNECTIONS_PER_SHARD)))
-        per = max(1, -(-max_connections // shards))
-        tls = httpx.create_ssl_context()  # one for all pools: building it is the slow part
-        self._clients = [
-            httpx.AsyncClient(
-                verify=tls,
-                base_url=config.base_url,
-                headers=config.headers,
-                timeout=httpx.Timeout(config.timeout_s, connect=10.0),
-                limits=httpx.Limits(max_connections=per, max_keepalive_connections=per),
-            )
-            for _ in range(shards)
-        ]
-        #: calls in each pool now
-        self._busy = [0] * shards
+        trace = aiohttp.TraceConfig()
+        trace.on_request_chunk_sent.append(_chunk_sent)
+        self._base = config.base_url.rstrip("/") + "/"
+        self.max_connections = max(1, max_connections)
+        self._session = aiohttp.ClientSession(
+            headers=config.headers,
+            connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
+                                           keepalive_timeout=KEEPALIVE_S),
+            # a call taking longer than timeout_s is abandoned; 10 s at most to connect
+            timeout=aiohttp.ClientTimeout(total=config.timeout_s, sock_connect=10.0),
+            trace_configs=[trace],
+            trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as other HTTP clients read them
+        )
 
-    @property
-    def pools(self) -> int:
-        return len(self._clients)
+    async def post(self, path: str, payload: Any,
+                   on_sent: Callable[[], None] | None = None) -> tuple[Reply, float | None]:
+        """``POST`` ``payload`` as JSON to ``path`` (under the backend's base URL); the
+        whole reply and when the request was written (epoch seconds).
 
-    async def post(self, path: str, **kwargs: Any) -> httpx.Response:
-        """``POST path`` on the pool with the fewest calls in it (the first such)."""
-        busy = self._busy
-        i = busy.index(min(busy))
-        busy[i] += 1
-        try:
-            return await self._clients[i].post(path, **kwargs)
-        finally:
-            busy[i] -= 1
+        :raises aiohttp.ClientError: the call failed in transport (TimeoutError: timed out)
+        """
+        sent = _SentAt(on_sent)
+        async with self._session.post(self._base + path.lstrip("/"), json=payload,
+                                      trace_request_ctx=sent) as response:
+            body = await response.read()
+            return Reply(response.status, response.headers, body), sent.at
 
-    async def __aenter__(self) -> ShardedClient:
+    async def __aenter__(self) -> BackendHttp:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        for client in self._clients:
-            await client.aclose()
+        await self._session.close()
 
 
 @dataclass(frozen=True)
@@ -119,7 +155,7 @@ class CallResult:
         return max(0.0, self.signals.received_at_s - self.sent_at_s)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: Reply) -> float | None:
     for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = response.headers.get(header)
         if value:
@@ -162,7 +198,7 @@ def _token_count(value: object) -> bool:
 
 
 async def call_single(
-    http: ShardedClient,
+    http: BackendHttp,
     config: BackendConfig,
     *,
     model: str,
@@ -180,15 +216,12 @@ async def call_single(
     if max_output_tokens is not None:
         body[f.max_output_tokens] = max_output_tokens
     started = time.monotonic()
-    sent = _SentAt(on_sent)
     try:
-        response = await http.post(config.single_path, json=body,
-                                          timeout=config.timeout_s,
-                                          extensions=sent.extensions())
-    except httpx.TimeoutException:
+        response, sent_at = await http.post(config.single_path, body, on_sent)
+    except TimeoutError:
         return CallResult("error", error=f"timeout after {config.timeout_s:g} s",
                           latency_s=time.monotonic() - started)
-    except httpx.HTTPError as err:
+    except (aiohttp.ClientError, OSError) as err:
         return CallResult("error", error=f"{type(err).__name__}: {err}",
                           latency_s=time.monotonic() - started)
     latency = time.monotonic() - started
@@ -201,11 +234,11 @@ async def call_single(
         doc = {}
     said = _said(config, response)
     code = response.status_code  # Retry-After is read only where it counts: a 429
-    return _with(said, sent.at, _classify(code, doc, f, latency,
+    return _with(said, sent_at, _classify(code, doc, f, latency,
                                           _retry_after(response) if code == 429 else None))
 
 
-def _said(config: BackendConfig, response: httpx.Response) -> BackendSignals | None:
+def _said(config: BackendConfig, response: Reply) -> BackendSignals | None:
     """What the response's headers say, if the connection reads them."""
     return read_signals(response.headers) if config.rate_limit_headers else None
 
@@ -234,7 +267,7 @@ def _classify(code: int, doc: dict[str, Any], f: BackendFields, latency: float,
 
 
 async def call_batch(
-    http: ShardedClient,
+    http: BackendHttp,
     config: BackendConfig,
     *,
     model: str,
@@ -258,54 +291,31 @@ async def call_batch(
             item[f.max_output_tokens] = cap
         items.append(item)
     started = time.monotonic()
-    sent = _SentAt(on_sent)
     try:
-        response = await http.post(config.batch_path, json={f.items: items},
-                                          timeout=config.timeout_s,
-                                          extensions=sent.extensions())
+        response, sent_at = await http.post(config.batch_path, {f.items: items}, on_sent)
         latency = time.monotonic() - started
         # the response's headers speak for the batch: every item was sent and counted with it
         said = _said(config, response)
         if response.status_code != 200:
             failed = _classify(response.status_code, {}, f, latency, _retry_after(response))
-            return [_with(said, sent.at, failed)] * len(prompts)
+            return [_with(said, sent_at, failed)] * len(prompts)
         by_id = {str(r.get(f.id)): r for r in response.json()[f.results]}
-    except httpx.TimeoutException:
+    except TimeoutError:
         return [CallResult("error", error=f"timeout after {config.timeout_s:g} s")] * len(items)
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+    except (aiohttp.ClientError, OSError, ValueError, KeyError, TypeError,
+            AttributeError) as err:
         return [CallResult("error", error=f"{type(err).__name__}: {err}")] * len(items)
     results = []
     for i in range(len(prompts)):
         doc = by_id.get(str(i), {})
         retry = doc.get(f.retry_after_s)
-        results.append(_with(said, sent.at, _classify(
+        results.append(_with(said, sent_at, _classify(
             int(doc.get(f.status, 500)), doc, f, latency,
             float(retry) if retry is not None else None)))
     return results
 
 
-class _SentAt:
-    """When the request was written to the connection (httpcore's trace events), and a
-    callback then."""
-
-    def __init__(self, on_sent: Callable[[], None] | None) -> None:
-        self._on_sent = on_sent
-        self.at: float | None = None
-
-    def extensions(self) -> dict[str, Any]:
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            if event == "http11.send_request_body.complete":
-                self.at = time.time()
-                if self._on_sent is not None:
-                    self._on_sent()
-
-        return {"trace": trace}
-
-
-async def http_client(config: BackendConfig, max_connections: int) -> ShardedClient:
-    """An async HTTP client for the backend, sized for ``max_connections`` calls at once.
-
-    Built in a worker thread: each pool loads TLS settings (~0.1 s), which would otherwise
-    stall every trigger sharing the triggerer's event loop.
-    """
-    return await asyncio.to_thread(ShardedClient, config, max_connections)
+async def http_client(config: BackendConfig, max_connections: int) -> BackendHttp:
+    """An HTTP client for the backend, sized for ``max_connections`` calls at once (in the
+    running event loop)."""
+    return BackendHttp(config, max_connections)

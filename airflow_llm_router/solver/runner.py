@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from airflow_llm_router import metrics
 from airflow_llm_router.backend import (
     BackendConfig,
+    BackendHttp,
     CallResult,
-    ShardedClient,
     call_single,
 )
 from airflow_llm_router.engine.client import AsyncRouterClient
@@ -52,7 +52,7 @@ class _Progress:
 class Solver:
     """Solves prompts one by one, many at once; see :func:`solving`."""
 
-    def __init__(self, router: AsyncRouterClient, http: ShardedClient,
+    def __init__(self, router: AsyncRouterClient, http: BackendHttp,
                  backend: BackendConfig, settings: SolveSettings, deadline: float,
                  admitter: BatchAdmitter, progress: _Progress, outage: RedisOutage) -> None:
         self.router, self.http, self.backend = router, http, backend
@@ -266,7 +266,7 @@ async def _report(router: AsyncRouterClient, progress: _Progress, every_s: float
 @contextlib.asynccontextmanager
 async def solving(
     router: AsyncRouterClient,
-    http: ShardedClient,
+    http: BackendHttp,
     backend: BackendConfig,
     settings: SolveSettings,
     deadline: float,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from airflow_llm_router.backend import BackendConfig, CallResult, ShardedClient, call_batch
+from airflow_llm_router.backend import BackendConfig, BackendHttp, CallResult, call_batch
 from airflow_llm_router.coalesce import Coalescer
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
@@ -51,7 +51,7 @@ class SendStamps:
 class MicroBatcher:
     """Group prompts admitted on one model into ``POST /batch`` calls."""
 
-    def __init__(self, http: ShardedClient, backend: BackendConfig, stamps: SendStamps, *,
+    def __init__(self, http: BackendHttp, backend: BackendConfig, stamps: SendStamps, *,
                  batch_size: int, batch_wait_s: float) -> None:
         self._http, self._backend, self._stamps = http, backend, stamps
         self._batches: Coalescer[str, tuple[str, str, int | None], CallResult] = Coalescer(

@@ -1,5 +1,5 @@
-"""The backend client's pools: a call goes to the pool with the fewest calls in it, so it
-never queues behind a full pool while another has a free connection."""
+"""The backend client's connection pool: up to ``max_connections`` calls are on the wire
+at once, none queues while a connection is free, and the next waits for one to free."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from airflow_llm_router.backend.calls import CONNECTIONS_PER_SHARD, ShardedClient
+from airflow_llm_router.backend.calls import BackendHttp
 from airflow_llm_router.backend.config import BackendConfig
 
 
@@ -18,6 +18,7 @@ class _HoldingServer:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.held = 0
+        self.connections = 0
         self.changed = asyncio.Condition()
         self.server: asyncio.Server | None = None
 
@@ -27,6 +28,7 @@ class _HoldingServer:
         return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -64,21 +66,24 @@ async def _holding_server() -> AsyncIterator[_HoldingServer]:
         srv.server.close()
 
 
-async def test_a_call_goes_to_a_pool_with_a_free_connection() -> None:
-    per = CONNECTIONS_PER_SHARD
+async def test_every_connection_is_used_before_a_call_waits() -> None:
+    n = 12
     async with _holding_server() as srv:
         config = BackendConfig(base_url=srv.url, timeout_s=30)
-        async with ShardedClient(config, 2 * per) as http:
-            assert http.pools == 2
-            # held and quick calls in turn: taken in turn, the held ones would fill one pool
-            first = [asyncio.create_task(http.post("/hold" if i % 2 == 0 else "/quick",
-                                                   json={}))
-                     for i in range(2 * per)]
-            assert await srv.wait_held(per, 10.0) == per
+        async with BackendHttp(config, n) as http:
+            # held and quick calls mixed: the quick ones free their connections again
+            first = [asyncio.create_task(http.post("/hold" if i % 2 == 0 else "/quick", {}))
+                     for i in range(n)]
+            assert await srv.wait_held(n // 2, 10.0) == n // 2
             await asyncio.gather(*(t for i, t in enumerate(first) if i % 2))  # quick ones
             # as many more held calls as there are free connections: every one is sent
-            more = [asyncio.create_task(http.post("/hold", json={})) for _ in range(per)]
-            assert await srv.wait_held(2 * per, 10.0) == 2 * per
+            more = [asyncio.create_task(http.post("/hold", {})) for _ in range(n // 2)]
+            assert await srv.wait_held(n, 10.0) == n
+            # every connection holds a call: one more waits for a free one
+            extra = asyncio.create_task(http.post("/hold", {}))
+            assert await srv.wait_held(n + 1, 0.3) == n
             srv.release.set()
-            replies = await asyncio.gather(*first, *more)
-    assert [r.status_code for r in replies] == [200] * (3 * per)
+            replies = await asyncio.gather(*first, *more, extra)
+    assert [r.status_code for r, _sent in replies] == [200] * (n + n // 2 + 1)
+    assert all(sent is not None for _r, sent in replies)
+    assert srv.connections == n  # connections were kept and reused, never more than n
