@@ -4,7 +4,9 @@ batch, never an answer and never an exception."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -32,3 +34,80 @@ async def test_a_cut_body_is_a_retryable_error(cutting_backend: SimulatorServer)
     assert single.error == "HTTP 200 without a JSON 'answer' field"
     assert [(r.status, r.answer, r.retryable) for r in batch] == [("error", None, True)] * 3
     assert all(r.error and r.error.startswith("JSONDecodeError") for r in batch)
+
+
+async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Reads the request and never answers (until the client gives up)."""
+    with contextlib.suppress(ConnectionError):
+        await reader.read()
+    writer.close()
+
+
+async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Reads the request's head, then closes the connection without a word."""
+    with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+
+
+@pytest.mark.parametrize("handler", [_silent, _hang_up])
+async def test_transport_trouble_is_a_retryable_error_never_an_exception(
+        handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> None:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = BackendConfig(base_url=f"http://127.0.0.1:{port}", timeout_s=0.5)
+    try:
+        async with await http_client(config, 4) as http:
+            single = await call_single(http, config, model="m", prompt="hello")
+            batch = await call_batch(http, config, model="m", prompts=["a", "b"])
+    finally:
+        server.close()
+    assert (single.status, single.retryable, single.answer) == ("error", True, None)
+    assert [(r.status, r.retryable) for r in batch] == [("error", True)] * 2
+    if handler is _silent:  # the whole call's limit, not a wait for ever
+        assert single.error == "timeout after 0.5 s"
+        assert batch[0].error == "timeout after 0.5 s"
+        assert 0.5 <= single.latency_s < 5
+
+
+async def test_a_refused_connection_is_a_retryable_error() -> None:
+    server = await asyncio.start_server(_silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()  # nothing listens on the port now
+    config = BackendConfig(base_url=f"http://127.0.0.1:{port}", timeout_s=5)
+    async with await http_client(config, 4) as http:
+        single = await call_single(http, config, model="m", prompt="hello")
+    assert (single.status, single.retryable) == ("error", True)
+    assert single.error is not None and "Connect" in single.error
+
+
+async def test_calls_go_under_the_base_urls_path() -> None:
+    """A backend behind a path prefix: calls go to ``<base_url>/single`` whether the base
+    URL ends with a slash or not, with the connection's headers."""
+    seen: list[tuple[str, str]] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+        auth = next((h.split(":", 1)[1].strip() for h in head
+                     if h.lower().startswith("x-api-key:")), "")
+        seen.append((head[0].split()[1], auth))
+        body = b'{"answer": "ok", "usage": {"input_tokens": 3, "output_tokens": 4}}'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        for base in (f"http://127.0.0.1:{port}/prefix", f"http://127.0.0.1:{port}/prefix/"):
+            config = BackendConfig(base_url=base, timeout_s=10, headers={"x-api-key": "k"})
+            async with await http_client(config, 1) as http:
+                result = await call_single(http, config, model="m", prompt="x")
+            assert (result.status, result.answer) == ("ok", "ok")
+            assert (result.input_tokens, result.output_tokens) == (3, 4)
+    finally:
+        server.close()
+    assert seen == [("/prefix/single", "k"), ("/prefix/single", "k")]
