@@ -310,9 +310,25 @@ async def call_batch(
         doc = by_id.get(str(i), {})
         retry = doc.get(f.retry_after_s)
         results.append(_with(said, sent_at, _classify(
-            int(doc.get(f.status, 500)), doc, f, latency,
-            float(retry) if retry is not None else None)))
+            _item_status(doc.get(f.status, 500)), doc, f, latency,
+            _item_retry_after(retry))))
     return results
+
+
+def _item_status(value: Any) -> int:
+    """A batch item's status code; one that is not a whole number is a server error (500),
+    so a malformed item fails alone, retryably."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 500
+
+
+def _item_retry_after(value: Any) -> float | None:
+    """A batch item's Retry-After in seconds, or None when it gives none or no number."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
 
 
 async def http_client(config: BackendConfig, max_connections: int) -> BackendHttp:

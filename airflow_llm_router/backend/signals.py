@@ -64,7 +64,7 @@ def _int(headers: Mapping[str, str], name: str) -> int | None:
         return None
     try:
         number = int(float(value))
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, nan, inf
         return None
     return number if number >= 0 else None
 

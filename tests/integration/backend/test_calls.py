@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
-from airflow_llm_router.backend.calls import call_batch, call_single, http_client
+from airflow_llm_router.backend.calls import CallResult, call_batch, call_single, http_client
 from airflow_llm_router.backend.config import BackendConfig
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
 from llm_router_devkit.simulator.profile import ModelProfile
@@ -111,3 +111,55 @@ async def test_calls_go_under_the_base_urls_path() -> None:
     finally:
         server.close()
     assert seen == [("/prefix/single", "k"), ("/prefix/single", "k")]
+
+
+def _answering(head: bytes, body: bytes) -> Callable[
+        [asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A server that answers every request with ``head`` (status line and headers) and
+    ``body``, then closes the connection."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            head_in = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+            length = next((int(line.split(":", 1)[1]) for line in head_in.split("\r\n")
+                           if line.startswith("content-length:")), 0)
+            await reader.readexactly(length)
+            writer.write(head + b"\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            await writer.drain()
+        writer.close()
+    return answer
+
+
+async def test_odd_limit_headers_and_batch_items_never_raise() -> None:
+    """Header values that are no finite number, and batch items whose status or
+    Retry-After is no number, are read as unsaid (or a retryable 500), not raised."""
+    single_head = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                   b"x-ratelimit-limit-requests: inf\r\nx-ratelimit-limit-tokens: nan\r\n"
+                   b"x-ratelimit-remaining-requests: inf")
+    single = await _serve_once(_answering(single_head, b'{"answer": "ok"}'), batch=False)
+    assert (single[0].status, single[0].answer) == ("ok", "ok")
+    assert single[0].signals is not None
+    assert (single[0].signals.limit_requests, single[0].signals.limit_tokens) == (None, None)
+
+    batch_body = (b'{"results": [{"id": "0", "status": "x", "answer": "a"},'
+                  b' {"id": "1", "status": 429, "retry_after_s": "soon"},'
+                  b' {"id": "2", "status": 200, "answer": "c"}]}')
+    batch = await _serve_once(_answering(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json", batch_body), batch=True)
+    assert [(r.status, r.retryable) for r in batch] == [
+        ("error", True), ("rate_limited", True), ("ok", True)]
+    assert batch[1].retry_after_s is None and batch[2].answer == "c"
+
+
+async def _serve_once(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                        Awaitable[None]], *, batch: bool) -> list[CallResult]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = BackendConfig(base_url=f"http://127.0.0.1:{port}", timeout_s=10)
+    try:
+        async with await http_client(config, 2) as http:
+            if batch:
+                return await call_batch(http, config, model="m", prompts=["a", "b", "c"])
+            return [await call_single(http, config, model="m", prompt="a")]
+    finally:
+        server.close()
