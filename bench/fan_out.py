@@ -1,7 +1,8 @@
 """Fan-out benchmark: does the advised number of solvers saturate the quotas?
 
 Drains the same backlog against the simulator three times, with the solver count the
-router's advice gives (Little's law from the quotas and the latency priors), half of it and
+router's advice gives (from the quotas and the latency priors: each model's window quota
+sent at once, or Little's law for a model slower than its window), half of it and
 twice it, and compares each run's throughput with the capacity bound's. The solvers are
 ``DrainTrigger`` drains run side by side in one event loop, which is what the triggerer does
 with the mapped instances of the drain DAG (``dag.test()`` would run them one after another).
@@ -243,13 +244,14 @@ def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any, capacit
         "",
         "Models (wall-clock figures) and the advice of a cold router (priors only):",
         "",
-        "| model | binds | R_m calls/s | mean latency s | advised in flight |",
-        "|---|---|--:|--:|--:|",
+        "| model | binds | R_m calls/s | mean latency s | steady in flight |"
+        " advised in flight (window's burst) |",
+        "|---|---|--:|--:|--:|--:|",
     ]
     for name, cap in capacity.items():
         m = advice["models"][name]
         lines.append(f"| {name} | {cap.binds} | {cap.rate:.1f} | {cap.mean_latency_s:.2f} |"
-                     f" {m['needed_in_flight']:.1f} |")
+                     f" {m['steady_in_flight']:.1f} | {m['needed_in_flight']:.1f} |")
     lines += [
         "",
         f"Advice: {advice['in_flight_needed']:.1f} calls in flight /"
@@ -289,7 +291,7 @@ def interpretation(runs: list[Run], rate: float, bound_s: float) -> list[str]:
         if r is advised or advised is None:
             continue
         ratio = r.steady_per_s / advised.steady_per_s
-        verdict = ("clearly less: too few calls in flight for Little's law" if ratio < 0.9
+        verdict = ("clearly less: too few calls in flight for the quotas" if ratio < 0.9
                    else "no more: the quotas, not the solvers, are the limit" if ratio < 1.05
                    else "more: the advice was too low")
         out.append(f"- {r.label} ({r.solvers} solvers): {100 * ratio:.0f} % of the advised"

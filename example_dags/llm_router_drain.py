@@ -2,8 +2,9 @@
 advises.
 
 ``advise`` (a ``BackpressureSensor``) waits, in the triggerer, for a backlog and asks the
-router's advice: by Little's law, the calls in flight that saturate each model's quota,
-divided by one solver's ``max_in_flight``, capped by the backlog and ``max_solvers``. It
+router's advice: the calls in flight that saturate each model's quota (a window's quota sent
+at once, or by Little's law for a model slower than its window), divided by one solver's
+``max_in_flight``, capped by the backlog and ``max_solvers``. It
 returns one settings dict per advised solver and ``SolveTaskOperator`` is mapped over that
 list with ``expand_kwargs`` (the advice itself is the sensor's XCom ``advice``). A quota
 raise or a slower model changes the fan-out on the next run without editing the DAG.

@@ -244,7 +244,8 @@ async def cancel(body: CancelBody, _: Writer, router_client: Client) -> Cancelle
 
 
 @router.get("/advice", summary="How many callers in parallel saturate the quotas "
-            "(Little's law on each model's limits and latency)")
+            "(each model's window quota at once, or Little's law on its limits and "
+            "latency)")
 async def advice(_: Reader, router_client: Client,
                  backlog: Annotated[int, Query(ge=0, le=10**9,
                                                description="calls waiting to be made")] = 0,

@@ -1,21 +1,35 @@
-"""Backpressure advice: how many solvers saturate the quotas, by Little's law. No I/O.
+"""Backpressure advice: how many solvers saturate the quotas, a window's burst included.
+No I/O.
 
 Per model m with window W (s), quota rpm/tpm, tokens per call t and latency L (s):
 
 - ``rate_per_s = min(rpm / W, tpm / (W * t))`` (and ``input_tpm`` / ``output_tpm`` with the
   input and output tokens per call, when set): the admission rate the window limits allow;
-  ``binding`` names the smallest of them.
-- ``needed_in_flight = min(max_concurrency, rate_per_s * L)``: calls that must be in flight
-  to keep that rate (Little's law). When the concurrency cap is the smaller, it binds
-  (``binding = "concurrency"``) and ``sustainable_rate_per_s = max_concurrency / L``.
-  Without any latency (no prior, nothing observed) a model is assumed to need its whole
-  ``max_concurrency`` (``binding`` still names the rate limit): an overestimate only
-  makes solvers wait.
+  ``binding`` names the smallest of them. ``rate_per_s * W`` is the binding limit in calls
+  per window (rpm, or tpm / t, ...).
+- ``steady_in_flight = min(max_concurrency, rate_per_s * L)``: calls that must be in flight
+  to keep that rate on average (Little's law). When the concurrency cap is the smaller, it
+  binds (``binding = "concurrency"``) and ``sustainable_rate_per_s = max_concurrency / L``.
+- ``needed_in_flight = min(max_concurrency, rate_per_s * W * max(1, L / W))``: calls that
+  must be in flight to send a window's whole quota at once. The sliding window admits its
+  quota the moment it opens, and the engine does not smooth it out (DESIGN.md: use the
+  window's structure); a model whose calls take less than the window (L < W) then has all
+  of a window's calls in flight together, far more than the steady ``rate_per_s * L``, and
+  with fewer slots the burst trickles out and the next window opens that much later. From
+  ``L >= W`` on it is Little's law again, so ``needed_in_flight >= steady_in_flight``.
+  A model with no concurrency cap (a huge ``max_concurrency``) needs its window's calls.
+- Without any latency (no prior, nothing observed) a model is assumed to need its whole
+  ``max_concurrency``, both figures (``binding`` still names the rate limit): an
+  overestimate only makes solvers wait.
 - A disabled model needs nothing (``binding = "disabled"``).
 
-Totals: ``in_flight_needed`` is the sum; ``solvers = clamp(ceil(in_flight_needed /
-per_solver_in_flight), 1, max_solvers)``, but never more than the backlog can keep busy,
-``ceil(backlog / per_solver_in_flight)`` (0 for an empty backlog).
+``rate_per_s``, ``binding`` and ``sustainable_rate_per_s`` (and the totals'
+``capacity_per_s``) stay the steady rate: the burst changes how many slots a window's start
+needs, not how many calls a window admits.
+
+Totals: ``in_flight_needed`` is the sum of ``needed_in_flight``; ``solvers =
+clamp(ceil(in_flight_needed / per_solver_in_flight), 1, max_solvers)``, but never more than
+the backlog can keep busy, ``ceil(backlog / per_solver_in_flight)`` (0 for an empty backlog).
 
 ``backpressure = waiting / (waiting + in_flight)`` in [0, 1]: the share of the callers
 currently asking for capacity that are queued rather than calling (0 when nobody is);
@@ -60,7 +74,12 @@ class ModelLoad:
 
 @dataclass(frozen=True)
 class ModelAdvice:
-    """One model's share of the advice; rates in calls per second."""
+    """One model's share of the advice; rates in calls per second.
+
+    ``needed_in_flight`` is what the solvers are sized for (a window's burst included);
+    ``steady_in_flight`` the Little's-law figure for the steady rate alone, reported so
+    the two can be compared.
+    """
 
     model: str
     enabled: bool
@@ -71,6 +90,7 @@ class ModelAdvice:
     needed_in_flight: float
     sustainable_rate_per_s: float
     in_flight: int
+    steady_in_flight: float
 
 
 @dataclass(frozen=True)
@@ -104,7 +124,7 @@ def _model_advice(name: str, load: ModelLoad) -> ModelAdvice:
     tokens = max(0.0, load.tokens_per_call)
     if not q.enabled:
         return ModelAdvice(name, False, load.latency_s, tokens, 0.0, "disabled", 0.0, 0.0,
-                           load.in_flight)
+                           load.in_flight, 0.0)
     w = q.window_s
     inp = tokens if load.input_tokens_per_call is None else load.input_tokens_per_call
     out = tokens if load.output_tokens_per_call is None else load.output_tokens_per_call
@@ -115,16 +135,21 @@ def _model_advice(name: str, load: ModelLoad) -> ModelAdvice:
             limits[limit] = per_window / (w * per_call)
     binding = min(limits, key=lambda k: limits[k])  # ties: the first (rpm before tpm)
     rate = limits[binding]
+    cap = float(q.max_concurrency)
     latency = load.latency_s
     if latency is None:
-        needed, sustainable = float(q.max_concurrency), rate
-    elif rate * latency > q.max_concurrency:
-        needed, binding = float(q.max_concurrency), "concurrency"
-        sustainable = q.max_concurrency / latency
+        return ModelAdvice(name, True, latency, tokens, rate, binding, cap, rate,
+                           load.in_flight, cap)
+    elapsed = max(0.0, latency)
+    if rate * elapsed > cap:
+        binding, sustainable = "concurrency", cap / elapsed
     else:
-        needed, sustainable = rate * max(0.0, latency), rate
-    return ModelAdvice(name, True, latency, tokens, rate, binding, needed, sustainable,
-                       load.in_flight)
+        sustainable = rate
+    steady = min(cap, rate * elapsed)
+    # a window's calls sent at once, or from L >= W on Little's law (max: float noise)
+    burst = min(cap, rate * w * max(1.0, elapsed / w))
+    return ModelAdvice(name, True, latency, tokens, rate, binding, max(steady, burst),
+                       sustainable, load.in_flight, steady)
 
 
 def advise(

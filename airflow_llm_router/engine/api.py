@@ -313,8 +313,9 @@ class RouterAPI:
         input_tokens_per_call: float = 0,
         backlog_kinds: Mapping[str, int] | None = None,
     ) -> Steps[Advice]:
-        """How many solvers saturate the quotas for ``backlog`` waiting tasks (Little's law
-        on each model's rate limit and latency; see :mod:`airflow_llm_router.engine.advice`).
+        """How many solvers saturate the quotas for ``backlog`` waiting tasks (each model's
+        window quota sent at once, or Little's law on its rate limit and latency when that
+        is the larger; see :mod:`airflow_llm_router.engine.advice`).
 
         :param input_tokens_per_call: input tokens assumed per call for a model with no
             request in its current window (or with ``backlog_kinds``).

@@ -19,8 +19,10 @@ __all__ = ["BackpressureSensor"]
 class BackpressureSensor(BaseSensorOperator):
     """Waits until the task store has a backlog and the router has an enabled model, then
     returns the router's advice (:meth:`Advice.to_dict`) as its XCom: ``solvers`` is the
-    number of solver instances that saturate the quotas (Little's law, capped by the backlog
-    and ``max_solvers``), with per-model rates, binding limits and the backpressure score.
+    number of solver instances that saturate the quotas (enough calls in flight to send each
+    model's window quota at once, or Little's law when the model is slower than its window;
+    capped by the backlog and ``max_solvers``), with per-model rates, binding limits and
+    the backpressure score.
 
     Deferrable by default: it checks once in the worker (which also creates the store's
     table on a first deployment) and, if it has to wait, waits in the triggerer

@@ -165,7 +165,8 @@ def stats(_: Reader, svc: Service) -> dict[str, Any]:
     return doc
 
 
-@router.get("/advice", summary="How many solvers saturate the quotas (Little's law)")
+@router.get("/advice", summary="How many solvers saturate the quotas (a window's burst "
+            "included)")
 def advice(_: Reader, svc: Service,
            backlog: Annotated[int, Query(ge=0, description="tasks waiting")] = 0,
            per_solver_in_flight: Annotated[int, Query(ge=1)] = 100,

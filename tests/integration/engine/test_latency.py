@@ -55,12 +55,14 @@ def test_only_ok_releases_count(router: RouterClient) -> None:
 
 
 def test_advice_uses_observed_latency(router: RouterClient) -> None:
-    # rpm 600 per 60 s = 10 calls/s; prior 2 s -> 20 in flight; observed ~0 s -> ~0.
-    router.set_quota("m", {"rpm": 600, "tpm": 10**9, "max_concurrency": 100,
+    # rpm 10 per 1 s window = 10 calls/s; prior 2 s (past the window) -> 20 in flight;
+    # observed ~0 s -> the window's 10 calls at once (~0 for the steady rate alone).
+    router.set_quota("m", {"rpm": 10, "tpm": 10**9, "max_concurrency": 100, "window_s": 1.0,
                            "expected_latency_s": 2.0})
     before = router.advice(backlog=1000, per_solver_in_flight=5)
     assert before.models["m"].needed_in_flight == 20 and before.solvers == 4
     _call(router, 0.0)
-    after = router.advice(backlog=1000, per_solver_in_flight=5)
-    assert after.models["m"].needed_in_flight < 15 and after.solvers <= 3
+    after = router.advice(backlog=1000, per_solver_in_flight=5).models["m"]
+    assert after.steady_in_flight < 10 and after.needed_in_flight == 10
+    assert router.advice(backlog=1000, per_solver_in_flight=5).solvers == 2
     assert router.advice(backlog=0).solvers == 0

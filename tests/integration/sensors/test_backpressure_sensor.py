@@ -41,8 +41,9 @@ def test_keeps_poking_without_an_enabled_model(sensor: BackpressureSensor, store
 
 def test_returns_the_advice_when_backlog_exists(sensor: BackpressureSensor, store: TaskStore,
                                                 router: RouterClient) -> None:
-    # a: 1 call/s * 10 s = 10 in flight; b: 2/s * 3 s = 6, capped at 5 -> 15 -> 4 solvers.
-    router.set_quota("a", {"rpm": 60, "tpm": 10**6, "max_concurrency": 50,
+    # a: 10 per 10 s window, 10 s per call: 10 in flight; b: 2/s * 3 s = 6 steady, 120 for
+    # its 60 s window at once, capped at 5 -> 15 -> 4 solvers.
+    router.set_quota("a", {"rpm": 10, "tpm": 10**6, "max_concurrency": 50, "window_s": 10.0,
                            "expected_latency_s": 10.0})
     router.set_quota("b", {"rpm": 120, "tpm": 10**6, "max_concurrency": 5,
                            "expected_latency_s": 3.0})

@@ -20,7 +20,10 @@ from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.backlog import BacklogArrivalTrigger, BackpressureTrigger
 from tests.integration.watching import until_listening
 
-QUOTA = {"rpm": 60, "tpm": 10**6, "max_concurrency": 50, "expected_latency_s": 10.0}
+#: 1 call/s over a 10 s window, 10 s per call: 10 in flight (a window's calls, and the
+#: steady rate's).
+QUOTA = {"rpm": 10, "tpm": 10**6, "max_concurrency": 50, "window_s": 10.0,
+         "expected_latency_s": 10.0}
 
 
 @pytest.fixture
