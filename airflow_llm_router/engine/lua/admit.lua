@@ -102,40 +102,45 @@ local function decide(req)
   local why, tried = {}, 0
   for k = 1, #names do
     local m = names[k]
+    local passed = false
     if order then
       m = order[k]
-      -- even with room now its group would end later; so would the groups after it
-      if WAIT_FASTER and soon_m and finish_passed(group[m], soonest, lat[soon_m]) then
-        break
+      if WAIT_FASTER and soon_m then
+        -- even with room now its group would end later; so would the groups after it
+        if finish_passed(group[m], group[m], soonest, soon_m, lat, group) then break end
+        -- a member slower than its group's fastest may end later on its own
+        passed = finish_passed(lat[m], group[m], soonest, soon_m, lat, group)
       end
     elseif fair then
       m = next_fair(pool)
     end
-    local view = model_view(m)
-    local est = need_for(view, req)
-    local bad = never_fits(view, est) or budget_never(m, view.q, est)
-    if bad then
-      why[bad] = m
-      redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)
-    else
-      tried = tried + 1
-      local st = load_model(m)
-      if not rank then rank, queued = waiter_rank(req.rid, req.hot) end
-      local need = need_for(st, req)
-      local wait, w = blocked(st, need, held_back(m, rank, req.rid, req.hot))
-      if wait == 0 then wait, w = budget_wait(m, view.q, need) end
-      if wait == 0 then
-        local lid = reserve(st, req)
-        if fair then fair_charge(m, st.q.w) end
-        if queued then waiter_remove(req.rid) end
-        return {'A', m, lid, LEASE_TTL, 0}
+    if not passed then
+      local view = model_view(m)
+      local est = need_for(view, req)
+      local bad = never_fits(view, est) or budget_never(m, view.q, est)
+      if bad then
+        why[bad] = m
+        redis.call('HINCRBY', K_STATS, m .. '|rejected', 1)
+      else
+        tried = tried + 1
+        local st = load_model(m)
+        if not rank then rank, queued = waiter_rank(req.rid, req.hot) end
+        local need = need_for(st, req)
+        local wait, w = blocked(st, need, held_back(m, rank, req.rid, req.hot))
+        if wait == 0 then wait, w = budget_wait(m, view.q, need) end
+        if wait == 0 then
+          local lid = reserve(st, req)
+          if fair then fair_charge(m, st.q.w) end
+          if queued then waiter_remove(req.rid) end
+          return {'A', m, lid, LEASE_TTL, 0}
+        end
+        if not best or wait < best then best, reason, on = wait, w, m end
+        if order then
+          local fin = likely_wait(st, wait, w, req, rank, queued, mean[m]) + lat[m]
+          if not soonest or fin < soonest then soonest, soon_m = fin, m end
+        end
+        if w == 'budget' and req.bw and not fair then break end
       end
-      if not best or wait < best then best, reason, on = wait, w, m end
-      if order then
-        local fin = likely_wait(st, wait, w, req, rank, queued, mean[m]) + lat[m]
-        if not soonest or fin < soonest then soonest, soon_m = fin, m end
-      end
-      if w == 'budget' and req.bw and not fair then break end
     end
   end
   if tried == 0 then

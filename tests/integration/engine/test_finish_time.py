@@ -1,8 +1,8 @@
 """Finish-time-aware choice (lib/finish.lua): a request that lets the engine choose tries
 the models likeliest to finish it first, and with ``wait_for_faster`` waits for a fast
 model when that is sooner than a slow model with room now (off by default: never idle while
-work waits); the likely latency is the learned mean plus three mean deviations (half the
-mean before one is learned)."""
+work waits); the likely latency is the learned mean plus five mean deviations, the deviation
+never below half the mean, and the mean is learned from the quota's prior."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def test_with_room_on_both_the_faster_model_takes_the_requests(router: RouterCli
 
 
 def test_a_request_waits_for_a_fast_model_that_frees_sooner(patient: RouterClient) -> None:
-    # fast: full after 2 calls for its 10 s window; likely done 10 s + 2.5 s from now.
-    # slow: room now, likely done in 75 s (30 s mean + three deviations of half the mean)
+    # fast: full after 2 calls for its 10 s window; likely done 10 s + 3.5 s from now.
+    # slow: room now, likely done in 105 s (30 s mean + five deviations of half the mean)
     patient.set_quota("fast", {**ROOMY, "rpm": 2, "window_s": 10,
                               "expected_latency_s": 1.0})
     patient.set_quota("slow", {**ROOMY, "expected_latency_s": 30.0})
@@ -78,7 +78,7 @@ def test_by_default_a_request_never_waits_while_an_allowed_model_has_room(
 def test_a_slow_model_is_taken_while_its_call_ends_before_the_fast_one_frees(
     patient: RouterClient,
 ) -> None:
-    # fast frees in ~100 s; slow likely ends in 12.5 s: the slow model is the sooner finish
+    # fast frees in ~100 s; slow likely ends in 17.5 s: the slow model is the sooner finish
     patient.set_quota("fast", {**ROOMY, "rpm": 2, "window_s": 100,
                               "expected_latency_s": 1.0})
     patient.set_quota("slow", {**ROOMY, "expected_latency_s": 5.0})
@@ -105,17 +105,83 @@ def test_without_a_latency_for_every_model_the_fair_share_decides(
 def test_a_spread_out_latency_counts_against_a_model(
     patient: RouterClient, raw: redis.Redis, namespace: str,
 ) -> None:
-    # fast frees in ~20 s. jumpy averages 6 s; its calls stray 4 s from it on average
-    # (likely 18 s: still sooner), then 8 s (likely 30 s: later than fast)
+    # fast frees in ~20 s. jumpy averages 3 s; its calls stray 1.5 s from it on average
+    # (likely 10.5 s: sooner), then 4 s (likely 23 s: later than fast)
     patient.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 20,
                               "expected_latency_s": 0.1})
-    patient.set_quota("jumpy", {**ROOMY, "expected_latency_s": 6.0})
+    patient.set_quota("jumpy", {**ROOMY, "expected_latency_s": 3.0})
     assert _model(patient) == "fast"
     est = RouterKeys(namespace).router("K_EST")
-    raw.hset(est, mapping={"jumpy|lat": 6000, "jumpy|latd": 4000})
+    raw.hset(est, mapping={"jumpy|lat": 3000, "jumpy|latd": 1500})
     assert _model(patient) == "jumpy"
-    raw.hset(est, mapping={"jumpy|latd": 8000})
+    raw.hset(est, mapping={"jumpy|latd": 4000})
     assert isinstance(patient.admit(100), Wait)
+
+
+def test_a_deviation_learned_too_small_is_taken_as_half_the_mean(
+    patient: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # steady averages 6 s and its first calls strayed little (0.1 s): judged by that, it
+    # would end in 6.5 s, before fast frees (~20 s); with the floor, in 6 + 5 x 3 = 21 s
+    patient.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 20,
+                              "expected_latency_s": 0.1})
+    patient.set_quota("steady", {**ROOMY, "expected_latency_s": 6.0})
+    assert _model(patient) == "fast"
+    raw.hset(RouterKeys(namespace).router("K_EST"),
+             mapping={"steady|lat": 6000, "steady|latd": 100})
+    decision = patient.admit(100)
+    assert isinstance(decision, Wait) and decision.reason == "rpm"
+
+
+def test_a_slower_model_is_passed_when_it_would_end_later_by_any_margin(
+    patient: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # fast: full for ~10 s, likely 1 + 2.5 = 3.5 s: the request likely ends in ~13.5 s on it.
+    # medium (another group): room now, likely 4 + 10 = 14 s: later, by less than one of
+    # fast's calls; it is passed all the same (waiting to save less than a call is for
+    # equally fast models only), and the request waits for fast
+    patient.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 10,
+                              "expected_latency_s": 1.0})
+    patient.set_quota("medium", {**ROOMY, "expected_latency_s": 4.0})
+    assert _model(patient) == "fast"
+    decision = patient.admit(100)
+    assert isinstance(decision, Wait) and decision.reason == "rpm"
+    # had medium been likely to end sooner (3 s mean: 10.5 s), it would have taken it
+    raw.hset(RouterKeys(namespace).router("K_EST"),
+             mapping={"medium|lat": 3000, "medium|latd": 1500})
+    assert _model(patient) == "medium"
+
+
+def test_a_slow_member_of_a_group_is_passed_on_its_own_latency(
+    patient: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # fast (likely 3.5 s) is full for ~8 s: the request likely ends in ~11.5 s on it.
+    # lead (likely 10 s, its one slot taken) and trailing (likely 14 s, within 1.5 x of
+    # lead: one group) are slower; trailing has room, but would likely end later than
+    # fast, while its group's lead would not: it is passed on its own latency
+    patient.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 8, "expected_latency_s": 1.0})
+    patient.set_quota("lead", {**ROOMY, "max_concurrency": 1,
+                              "expected_latency_s": 10 / 3.5})
+    patient.set_quota("trailing", {**ROOMY, "expected_latency_s": 4.0})
+    assert _model(patient) == "fast"
+    assert _model(patient, models=["lead"]) == "lead"
+    assert isinstance(patient.admit(100), Wait)
+    assert _model(patient, models=["trailing"]) == "trailing"  # it had room
+
+
+def test_a_models_latency_is_learned_from_its_prior(
+    router: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # a model expected to take 10 s whose first call ends at once: one sample moves the
+    # estimate a fifth of the way (EWMA), it does not replace the prior; the deviation
+    # starts from half the prior
+    router.set_quota("m", {**ROOMY, "expected_latency_s": 10.0})
+    lease = router.admit(100)
+    assert isinstance(lease, Admission)
+    router.complete(lease.lease_id, 50, 50)
+    est = RouterKeys(namespace).router("K_EST")
+    assert 7_900 <= float(raw.hget(est, "m|lat") or 0) <= 8_100
+    assert 5_900 <= float(raw.hget(est, "m|latd") or 0) <= 6_000
 
 
 def test_completions_learn_the_mean_deviation(
@@ -140,15 +206,15 @@ def test_completions_learn_the_mean_deviation(
 
 
 def test_a_full_concurrency_counts_the_waiters_queued_ahead(patient: RouterClient) -> None:
-    # fast: one slot, 1 s a call (likely 2.5 s); slow: room, likely 12.5 s. A request with
-    # n waiters ahead would get fast's slot in about (n + 1) s, done 2.5 s later; waiting is
-    # worth it while it saves more than one of fast's calls (2.5 s): the first 7 wait for
-    # it, the rest are sooner done on slow
+    # fast: one slot, 1 s a call (likely 3.5 s); slow: room, likely 17.5 s. A request with
+    # n waiters ahead would get fast's slot in about (n + 1) s, done 3.5 s later; slow is
+    # another group, passed while it would end no sooner: the first 14 wait for fast, the
+    # rest are sooner done on slow
     patient.set_quota("fast", {**ROOMY, "max_concurrency": 1, "expected_latency_s": 1.0})
     patient.set_quota("slow", {**ROOMY, "expected_latency_s": 5.0})
     assert _model(patient) == "fast"
-    decisions = patient.admit_many([AdmitRequest(100) for _ in range(14)])
-    assert [type(d).__name__ for d in decisions] == ["Wait"] * 7 + ["Admission"] * 7
+    decisions = patient.admit_many([AdmitRequest(100) for _ in range(20)])
+    assert [type(d).__name__ for d in decisions] == ["Wait"] * 14 + ["Admission"] * 6
     assert {d.model for d in decisions if isinstance(d, Admission)} == {"slow"}
     assert {d.reason for d in decisions if isinstance(d, Wait)} == {"concurrency"}
 

@@ -6,21 +6,27 @@
 -- Without a latency estimate for every candidate (nothing observed, no prior), the weighted
 -- fair share decides alone (lib/fair.lua).
 --
--- Likely latency: the learned mean (K_EST '<model>|lat', EWMA; before any call, the
--- quota's prior 'lat' in s) plus FINISH_SPREAD mean deviations (K_EST '<model>|latd', an
--- EWMA of |latency - mean| that complete.lua keeps; half the mean before any): model
--- latencies are heavy-tailed, and a call judged by its mean alone ends far later one time
--- in three. About the 97th percentile of a log-normal latency: a slow call that ends late
--- delays the whole backlog by its excess, while one call more for a fast model costs a
--- fraction of a second, so the choice errs towards the fast models.
-local FINISH_SPREAD = 3
+-- Likely latency: the learned mean (K_EST '<model>|lat', EWMA from the quota's prior 'lat'
+-- when it has one: complete.lua) plus FINISH_SPREAD mean deviations (K_EST
+-- '<model>|latd', an EWMA of |latency - mean|), never fewer than SPREAD_FLOOR of the mean.
+-- Model latencies are heavy-tailed (a log-normal spread, and stragglers several times the
+-- median), and the call that ends a backlog is a slow model's call that ended late: one
+-- call more for a fast model costs a fraction of a second, one slow call that strays costs
+-- the whole backlog its excess. So a slow model is judged by about the 99th percentile of
+-- its latency (five mean deviations of a log-normal at the spreads seen), not its mean.
+local FINISH_SPREAD = 5
+-- The least mean deviation assumed, as a share of the mean: latencies spread in proportion
+-- to the mean (about half of it at the spreads seen), and a deviation learned from a
+-- model's first calls, the short ones that ended first, is too small: a likely latency is
+-- never under 1 + 5/2 times the mean.
+local SPREAD_FLOOR = 0.5
 
 -- A model's likely and mean latency (ms), or nil when nothing is known of it.
 local function likely_latency(view)
   local mean = EST[view.m .. '|lat']
   if not mean and view.q.lat then mean = view.q.lat * 1000 end
   if not mean then return nil end
-  local dev = EST[view.m .. '|latd'] or mean / 2
+  local dev = math.max(EST[view.m .. '|latd'] or 0, SPREAD_FLOOR * mean)
   return mean + FINISH_SPREAD * dev, mean
 end
 
@@ -101,13 +107,17 @@ local function finish_order(names)
   return order, lat, t.mean, group
 end
 
--- Whether a group of candidates, its fastest of likely latency `l`, is not worth trying,
--- nor any group after it: the model the request would likely finish soonest on (at
--- `soonest`, its likely latency `soon_lat`, all in ms from now) would finish it sooner by
--- more than one of its own calls. Waiting to save less is not worth holding a request
--- while a model has room (nor is it measurable).
-local function finish_passed(l, soonest, soon_lat)
-  return soonest ~= nil and l >= soonest + soon_lat
+-- Whether a candidate of likely latency `l` in group `g` is not worth trying: the model
+-- the request would likely finish soonest on (soon_m, at `soonest` ms from now) would
+-- finish it sooner. Among equally fast models (soon_m's group) waiting must save more than
+-- one of soon_m's calls: their learned latencies differ by noise and by the callers' own
+-- delays, and waiting to save less is not worth holding a request while a model has room.
+-- A slower group is passed as soon as it would end later: near the end of a backlog, a
+-- call that ends after the fast models have done the rest is what ends the backlog.
+local function finish_passed(l, g, soonest, soon_m, lat, group)
+  if soonest == nil then return false end
+  if g == group[soon_m] then return l >= soonest + lat[soon_m] end
+  return l >= soonest
 end
 
 -- What a request that waits is queued as (lib/waiters.lua): by the finish time it waits
