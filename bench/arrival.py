@@ -42,7 +42,7 @@ from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.store.watch import APPLICATION_NAME  # noqa: E402
-from bench.common import drop_namespace, publish  # noqa: E402
+from bench.common import drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
 from llm_router_devkit.simulator.profile import ModelProfile  # noqa: E402
 from llm_router_devkit.stack import AirflowStack, PgServer, wait_for  # noqa: E402
@@ -287,4 +287,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

@@ -19,6 +19,7 @@ import argparse
 import ast
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from airflow_llm_router.engine import scripts
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.core import Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from bench.common import interruptible
 from llm_router_devkit.redis_tools import PrivateRedis
 
 MODELS = 10
@@ -119,7 +121,7 @@ def run(client: RouterClient, conn: redis.Redis, batch: int, seconds: float) -> 
     return admitted / elapsed, (usec1 - usec0) / max(1, admitted)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="eb4472b^", help="git ref of the engine before")
     parser.add_argument("--after", default="HEAD", help="git ref after ('' for the working tree)")
@@ -157,7 +159,8 @@ def main() -> None:
             usec = statistics.median(u for _, u in got)
             mode = "single" if batch == 1 else f"batch {batch}"
             print(f"| {variant} | {mode} | {rate:,.0f} | {usec:.1f} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

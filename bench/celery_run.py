@@ -78,8 +78,9 @@ from bench.e2e.workloads import build
 from bench.triggerers import TriggerSpread, _store_times, _watch, cpu_snapshot, triggerer_jobs
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
 from llm_router_devkit.demo.router_quotas import router_quotas
-from llm_router_devkit.demo.run import drop_namespace, sigterm_as_interrupt
+from llm_router_devkit.demo.run import drop_namespace
 from llm_router_devkit.demo.seed import seed_store
+from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 from llm_router_devkit.redis_tools import LocalCluster
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
@@ -519,9 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{opts.max_in_flight}, CeleryExecutor, 2 workers, 2 triggerers) ===")
                 rows.append(run_once(kind, opts))
                 (out / "celery.json").write_text(json.dumps({"rows": rows}, indent=2))
-    except KeyboardInterrupt:
-        print("\ninterrupted; every stack was stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C: 130, SIGTERM: 143
+        return interrupted(err, "every stack was stopped")
     except ReleaseChannelHang as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_router_devkit import redis_tools
+from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 
 if TYPE_CHECKING:
     from airflow_llm_router.store import TaskStore
@@ -30,6 +31,7 @@ __all__ = [
     "drop_namespace",
     "drop_schema",
     "guarded",
+    "interruptible",
     "private_services",
     "publish",
     "results_dir",
@@ -126,18 +128,32 @@ def private_services(stack: ExitStack, dsn: str, schema: str, profile: Simulator
     return redis_server, sim, store
 
 
-def guarded(body: Callable[[], int]) -> int:
-    """Run a benchmark's ``main`` body: Ctrl-C ends it with status 130 (its services are
-    stopped by their context managers), any other failure with one ``error:`` line and
-    status 2, never a traceback."""
+def interruptible(body: Callable[[], int], stopped: str = "services stopped") -> int:
+    """Run a benchmark's ``main`` (or its body) so that Ctrl-C and SIGTERM both stop it
+    cleanly: either unwinds the body, whose context managers stop the services it started
+    (private Redis, simulator, API server, Airflow stack), then one line on stderr and
+    status 130 (Ctrl-C) or 143 (SIGTERM). Without it a SIGTERM (``timeout``, a cancelled
+    CI job, ``kill``) ends the process at once and leaves those services running."""
     try:
-        return body()
-    except KeyboardInterrupt:
-        print("\ninterrupted; services stopped", file=sys.stderr)
-        return 130
-    except Exception as err:
-        print(f"error: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
-        return 2
+        with sigterm_as_interrupt():
+            return body()
+    except KeyboardInterrupt as err:
+        return interrupted(err, stopped)
+
+
+def guarded(body: Callable[[], int]) -> int:
+    """Run a benchmark's ``main`` body as :func:`interruptible` does (Ctrl-C: status 130,
+    SIGTERM: 143, its services stopped by their context managers), and any other failure
+    with one ``error:`` line and status 2, never a traceback."""
+
+    def checked() -> int:
+        try:
+            return body()
+        except Exception as err:
+            print(f"error: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
+            return 2
+
+    return interruptible(checked)
 
 
 async def drain_once(schema: str, worker_id: str, *, timeout_s: float,

@@ -48,7 +48,7 @@ from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.triggers.solve import DrainTrigger  # noqa: E402
-from bench.common import drop_namespace, publish  # noqa: E402
+from bench.common import drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound  # noqa: E402
 from llm_router_devkit.demo.router_quotas import router_quotas  # noqa: E402
 from llm_router_devkit.demo.seed import make_backlog  # noqa: E402
@@ -341,4 +341,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

@@ -52,6 +52,7 @@ from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.store import TaskStore
+from bench.common import interruptible
 from bench.soak import DEFAULT_DSN, POLL_S, _run_drain
 from bench.strict_backend import StrictBackendProcess
 from llm_router_devkit.redis_tools import PrivateRedis
@@ -325,4 +326,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

@@ -61,7 +61,14 @@ from starlette.routing import Route
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from bench.common import BENCHMARKS_MD, add_run_options, drain_once, private_services, publish
+from bench.common import (
+    BENCHMARKS_MD,
+    add_run_options,
+    drain_once,
+    interruptible,
+    private_services,
+    publish,
+)
 from llm_router_devkit.api_server import api_env, standalone_api
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
@@ -459,4 +466,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

@@ -56,8 +56,9 @@ from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
 from llm_router_devkit.demo.router_quotas import router_quotas
-from llm_router_devkit.demo.run import drop_namespace, sigterm_as_interrupt
+from llm_router_devkit.demo.run import drop_namespace
 from llm_router_devkit.demo.seed import seed_store
+from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
 from llm_router_devkit.stack import AirflowStack, PgServer, descendants, wait_for
@@ -406,9 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 y = measure("W1", opts.seed, opts.time_scale)
                 yard = {"lp_bound_s": y.lp_bound_s, "reference_s": y.reference_s,
                         "compute_s": y.seconds}
-    except KeyboardInterrupt:
-        print("\ninterrupted; every stack was stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C: 130, SIGTERM: 143
+        return interrupted(err, "every stack was stopped")
     (out / "triggerers.json").write_text(json.dumps({"rows": rows, "yardstick": yard,
                                                      "started": started}, indent=2))
     text = [f"`{command}` (run {started}, {os.cpu_count()} CPUs)", "", table(rows, yard)]

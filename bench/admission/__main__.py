@@ -16,7 +16,7 @@ from bench.admission.model import BATCH, SECTION, Cell, Result, pct
 from bench.admission.monitor import QUIET, machine_facts
 from bench.admission.ops import breakdown, profile_client
 from bench.admission.report import find, progress, render
-from bench.common import write_section
+from bench.common import interruptible, write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,4 +148,4 @@ def _raw(r: Result) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

@@ -39,6 +39,7 @@ from airflow_llm_router.engine.encoding import Completion, encode_completion, en
 from airflow_llm_router.engine.keys import lease_model
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import AdmitRequest, RouterSettings
+from bench.common import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ("admit", "complete", "set_quota")
@@ -183,4 +184,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

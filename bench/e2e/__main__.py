@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench.e2e.run import DESIGNS, RunOptions, run_one
 from bench.e2e.workloads import WORKLOADS, build
-from llm_router_devkit.demo.run import sigterm_as_interrupt
+from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,9 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.analyse is None:
                 run_all(args, out)
             analyse_dir(out, docs=args.docs)
-    except KeyboardInterrupt:
-        print("\ninterrupted; every stack was stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C: 130, SIGTERM: 143
+        return interrupted(err, "every stack was stopped")
     return 0
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import interruptible
 from bench.e2e.analyse import read_raw
 from bench.e2e.run import busiest_model
 from bench.e2e.workloads import Workload, build
@@ -181,4 +182,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main))  # Ctrl-C or SIGTERM: its services stopped

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import pluggy
 from psycopg.conninfo import conninfo_to_dict
 
 __all__ = ["configure", "connection_env", "load_dag", "migrate_metadata_db", "run_dag"]
@@ -129,8 +131,43 @@ def load_dag(dags_folder: Path, dag_id: str) -> Any:
     return dag
 
 
+#: Marks Airflow listener hooks (``airflow.listeners.hookimpl``, without importing Airflow).
+_hookimpl = pluggy.HookimplMarker("airflow")
+
+
+class _KeepSigterm:
+    """An Airflow task listener that puts this process's SIGTERM handler back as each task
+    starts.
+
+    ``dag.test()`` runs each task in this process through Airflow's task runner, which sets
+    a SIGTERM handler of its own (it only calls the operator's ``on_kill``, as it would in a
+    task's own process) and never restores the previous one: from the first task on, a
+    SIGTERM to the demo was swallowed and its services were never stopped. The listener is
+    called in the main thread after that handler is set and before the task executes (and
+    before its trigger runs inline), so the demo's own handler is in force again.
+    """
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    @_hookimpl
+    def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:
+        signal.signal(signal.SIGTERM, self.handler)
+
+
 def run_dag(dag: Any, conf: Mapping[str, Any]) -> tuple[str, float]:
-    """One run with ``dag.test()`` (tasks and triggers in this process); (state, seconds)."""
+    """One run with ``dag.test()`` (tasks and triggers in this process); (state, seconds).
+    The SIGTERM handler in force when it is called stays in force throughout."""
+    from airflow.sdk.listener import get_listener_manager
+
+    handler = signal.getsignal(signal.SIGTERM)
+    keeper = _KeepSigterm(handler)
+    listeners = get_listener_manager()
+    listeners.add_listener(keeper)
     start = time.monotonic()
-    run = dag.test(run_conf=dict(conf))
+    try:
+        run = dag.test(run_conf=dict(conf))
+    finally:
+        listeners.pm.unregister(keeper)
+        signal.signal(signal.SIGTERM, handler)
     return str(getattr(run, "state", "unknown")), time.monotonic() - start

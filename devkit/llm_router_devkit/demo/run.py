@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from llm_router_devkit.demo.progress import ProgressPrinter
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.seed import SeedTask, groups, make_backlog, seed_store
 from llm_router_devkit.demo.summary import Totals, Yardstick, format_report, model_rows
+from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
 from llm_router_devkit.yardstick import instance_from_profile, lp_bound, reference_schedule
 
@@ -68,20 +68,6 @@ EXAMPLE_DAGS = Path(__file__).resolve().parents[3] / "example_dags"
 
 def say(message: str) -> None:
     print(message, flush=True)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the services are stopped either way."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _services(stack: ExitStack, opts: DemoOptions) -> tuple[str, str]:
@@ -297,15 +283,14 @@ def check_options(opts: DemoOptions) -> None:
 
 
 def main_guarded(opts: DemoOptions) -> int:
-    """:func:`run`, with Ctrl-C (or SIGTERM) reported as exit code 130 after the clean-up,
-    and any failure as one ``error:`` line and exit code 2 (``LLMR_DEBUG=1``: the
-    traceback too)."""
+    """:func:`run`, with Ctrl-C reported as exit code 130 and SIGTERM as 143 after the
+    clean-up (one line each), and any failure as one ``error:`` line and exit code 2
+    (``LLMR_DEBUG=1``: the traceback too)."""
     try:
         check_options(opts)
         return run(opts)
-    except KeyboardInterrupt:
-        print("\ninterrupted; services stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:
+        return interrupted(err)
     except Exception as err:  # the CLI's last line is the error, not a traceback
         if os.environ.get("LLMR_DEBUG"):
             raise

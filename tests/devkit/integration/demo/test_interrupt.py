@@ -1,5 +1,5 @@
-"""The demo's command line off the happy path: Ctrl-C in the middle of a drain, and options
-it cannot use. Run as a user runs it (``python -m llm_router_devkit.demo`` in its own
+"""The demo's command line off the happy path: Ctrl-C or SIGTERM in the middle of a drain,
+and options it cannot use. Run as a user runs it (``python -m llm_router_devkit.demo`` in its own
 process, embedded Redis and PostgreSQL), not in-process."""
 
 from __future__ import annotations
@@ -32,11 +32,17 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_ctrl_c_mid_drain_stops_every_service_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "code_after", "last_line"), [
+    # Ctrl-C signals the terminal's foreground group: the demo and everything it started
+    pytest.param(signal.SIGINT, 130, "interrupted; services stopped", id="ctrl-c"),
+    # SIGTERM (``kill <pid>``, ``timeout``, a supervisor) reaches the demo alone
+    pytest.param(signal.SIGTERM, 143, "terminated; services stopped", id="sigterm"),
+])
+def test_ctrl_c_or_sigterm_mid_drain_stops_every_service(
+        tmp_path: Path, signum: signal.Signals, code_after: int, last_line: str) -> None:
     out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        # Its own session, as a terminal's foreground job: Ctrl-C signals the whole group
-        # (the demo and everything it started), which killpg(SIGINT) does below.
+        # Its own session, as a terminal's foreground job (killpg below for Ctrl-C).
         demo = subprocess.Popen(
             [sys.executable, "-m", "llm_router_devkit.demo", "--prompts", "5000",
              "--workdir", str(tmp_path / "demo")],
@@ -57,7 +63,10 @@ def test_ctrl_c_mid_drain_stops_every_service_and_exits_130(tmp_path: Path) -> N
         assert all(listening(port) for port in ports.values()), ports
 
         mark = time.monotonic()
-        os.killpg(demo.pid, signal.SIGINT)
+        if signum == signal.SIGINT:
+            os.killpg(demo.pid, signum)
+        else:
+            os.kill(demo.pid, signum)
         code = demo.wait(timeout=60)
         stopped_s = time.monotonic() - mark
     finally:
@@ -66,11 +75,11 @@ def test_ctrl_c_mid_drain_stops_every_service_and_exits_130(tmp_path: Path) -> N
             demo.wait()
 
     stderr = err_path.read_text()
-    print(f"stopped {stopped_s:.1f} s after Ctrl-C")
-    assert code == 130, stderr[-3000:]
+    print(f"stopped {stopped_s:.1f} s after {signum.name}")
+    assert code == code_after, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     lines = stderr.strip().splitlines()
-    assert lines[-1] == "interrupted; services stopped", stderr[-3000:]
+    assert lines[-1] == last_line, stderr[-3000:]
     # where the backlog stood, said once before the services stopped
     said = [line for line in lines if line.startswith("interrupted: ")]
     assert len(said) == 1 and re.search(r"\d+ of 5000 tasks solved, \d+ dead; (the solvers "
