@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from airflow_llm_router.engine.quota import validate_model_name
 from airflow_llm_router.engine.types import AdmitRequest, Outcome, as_on_budget
@@ -67,16 +67,16 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     if r.input_tokens is not None:
         if r.estimated_tokens is not None:
             raise ValueError("input_tokens: give either estimated_tokens or input_tokens")
-        if not isinstance(r.input_tokens, int) or r.input_tokens < 0:
+        if not _whole(r.input_tokens) or r.input_tokens < 0:
             raise ValueError(f"input_tokens: {r.input_tokens!r} is not a whole number >= 0")
         return [r.request_id, hot, -1, r.input_tokens, -1, ordered, models, *kind]
-    if not isinstance(r.estimated_tokens, int) or r.estimated_tokens < 1:
+    if not _whole(r.estimated_tokens) or r.estimated_tokens < 1:
         raise ValueError(
             f"estimated_tokens: {r.estimated_tokens!r} is not a whole number >= 1 "
             "(estimate input + output tokens of the prompt)"
         )
     out = r.estimated_output_tokens
-    if out is not None and (not isinstance(out, int) or not 0 <= out <= r.estimated_tokens):
+    if out is not None and (not _whole(out) or not 0 <= out <= r.estimated_tokens):
         raise ValueError(
             f"estimated_output_tokens: {out!r} must be a whole number between 0 and "
             "estimated_tokens, or None"
@@ -84,6 +84,12 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     total = r.estimated_tokens
     inp, outp = (total, total) if out is None else (total - out, out)
     return [r.request_id, hot, total, inp, outp, ordered, models, *kind]
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    """An int that is not a bool: a bool is an int in Python but no count, and ``True``
+    would go to the admit script as a token count (or hop) of 1."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
@@ -94,7 +100,7 @@ def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
         if problem:
             raise ValueError(f"kind: {problem}")
     as_on_budget(r.on_budget)
-    if not isinstance(r.hop_ms, int) or not 0 <= r.hop_ms <= MAX_HOP_MS:
+    if not _whole(r.hop_ms) or not 0 <= r.hop_ms <= MAX_HOP_MS:
         raise ValueError(f"hop_ms: {r.hop_ms!r} is not a whole number of ms between 0 and "
                          f"{MAX_HOP_MS}")
     tail: list[str | int | None] = [r.kind, 1 if r.on_budget == "wait" else 0, r.hop_ms]
@@ -117,10 +123,9 @@ def encode_completion(c: Completion) -> list[Any]:
     if c.outcome not in _OUTCOMES:
         raise ValueError(f"outcome: {c.outcome!r} is not one of {', '.join(_OUTCOMES)}")
     for name, value in (("input_tokens", c.input_tokens), ("output_tokens", c.output_tokens)):
-        # a bool is an int in Python but no count: the settle script would fail on it,
-        # and with it every settlement merged into the same script call
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 0):
+        # the settle script would fail on a bool, and with it every settlement merged
+        # into the same script call
+        if value is not None and (not _whole(value) or value < 0):
             raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
     known = c.input_tokens is not None and c.output_tokens is not None
     retry_ms = 0 if c.retry_after_s is None else max(0, math.ceil(c.retry_after_s * 1000))

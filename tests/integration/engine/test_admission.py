@@ -163,6 +163,12 @@ def test_disabled_model_is_skipped(router: RouterClient) -> None:
         ({"estimated_tokens": 10, "priority": "urgent"}, "priority"),
         ({"estimated_tokens": 10, "models": []}, "models"),
         ({"estimated_tokens": 10, "models": ["bad{tag}"]}, "model"),
+        # a bool is an int in Python, but no count: True would be admitted as 1 token
+        ({"estimated_tokens": True}, "estimated_tokens: True is not a whole number"),
+        ({"input_tokens": True}, "input_tokens: True is not a whole number"),
+        ({"input_tokens": False}, "input_tokens: False is not a whole number"),
+        ({"estimated_tokens": 10, "estimated_output_tokens": True},
+         "estimated_output_tokens: True must be a whole number"),
     ],
 )
 def test_bad_admit_input_names_the_field(router: RouterClient, kwargs: dict, field: str) -> None:

@@ -158,4 +158,6 @@ def test_a_hop_out_of_range_is_refused_naming_the_field(router: RouterClient) ->
         router.admit_many([AdmitRequest(estimated_tokens=1, hop_ms=-1)])
     with pytest.raises(ValueError, match="hop_ms"):
         router.admit_many([AdmitRequest(estimated_tokens=1, hop_ms=120_000)])
+    with pytest.raises(ValueError, match="hop_ms: True is not a whole number"):  # not 1 ms
+        router.admit_many([AdmitRequest(estimated_tokens=1, hop_ms=True)])
     assert router.stats().models["a"].counters.get("admitted", 0) == 0
