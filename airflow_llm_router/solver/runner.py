@@ -227,27 +227,25 @@ async def _keep_alive(router: AsyncRouterClient, progress: _Progress) -> None:
 
 
 async def _heartbeat(router: AsyncRouterClient, leases: list[str], every: float) -> None:
-    """One round of :func:`_keep_alive`; never raises but for cancellation."""
-    try:
-        await router.heartbeat_many(leases)
-        return
-    except REDIS_DOWN as err:
-        log.warning("lease heartbeat failed (%s); trying again in %.1f s",
-                    type(err).__name__, every)
-        return
-    except Exception as err:
-        log.exception("lease heartbeat of %d leases failed (%r); heartbeating each alone",
-                      len(leases), err)
-    for lease_id in leases:
+    """One round of :func:`_keep_alive`: every lease in one call; if that fails other than
+    by a Redis outage, each lease alone. Never raises but for cancellation."""
+    rounds = [leases]
+    while rounds:
+        batch = rounds.pop(0)
         try:
-            await router.heartbeat_many([lease_id])
+            await router.heartbeat_many(batch)
         except REDIS_DOWN as err:
             log.warning("lease heartbeat failed (%s); trying again in %.1f s",
                         type(err).__name__, every)
             return
         except Exception as err:
-            log.exception("lease %s: heartbeat failed (%r); trying again in %.1f s",
-                          lease_id, err, every)
+            if len(batch) > 1:
+                log.exception("lease heartbeat of %d leases failed (%r); heartbeating each "
+                              "alone", len(batch), err)
+                rounds = [[lease_id] for lease_id in batch]
+            else:
+                log.exception("lease %s: heartbeat failed (%r); trying again in %.1f s",
+                              batch[0], err, every)
 
 
 async def _report(router: AsyncRouterClient, progress: _Progress, every_s: float) -> None:
