@@ -6,7 +6,9 @@ Two numbers bracket the best possible makespan of a workload under the quotas:
   can finish sooner), from a linear relaxation that counts every prompt's own cost on each
   model and the sliding windows step by step;
 - :func:`~llm_router_devkit.yardstick.reference.reference_schedule`: an **achievable**
-  schedule that knows each prompt's cost in advance and obeys the same limits exactly.
+  schedule that knows each prompt's cost in advance and obeys the same limits exactly
+  (with ``ordered=True``, one that also keeps each prompt's ordered preference list, as a
+  router admitting with ``ordered=True`` must: the fair reference for such a workload).
 
 A run faster than the LP bound means the bound is wrong (a bug to fix, not a result).
 """

@@ -33,6 +33,11 @@ class Instance:
     :param limits: each model's limits from time 0.
     :param change_at_s: when ``limits_after`` replace ``limits`` (None: never).
     :param arrivals_s: when each prompt may first be sent (empty: all at time 0).
+    :param preference: each prompt's ordered preference list (the models of ``cost[i]``,
+        first choice first; empty: any of them, no order), as a router admitting with
+        ``ordered=True`` keeps it. Empty: no prompt has one. Only the preference-keeping
+        reference schedule reads it; the LP bound and the unordered reference, which may
+        send a prompt to any model of its list, are bounds for schedules that keep it too.
     """
 
     cost: tuple[Mapping[str, tuple[int, float]], ...]
@@ -40,10 +45,17 @@ class Instance:
     limits_after: Mapping[str, Limits] = field(default_factory=dict)
     change_at_s: float | None = None
     arrivals_s: tuple[float, ...] = ()
+    preference: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.arrivals_s and len(self.arrivals_s) != len(self.cost):
             raise ValueError("arrivals_s: give one arrival per prompt, or none")
+        if self.preference and len(self.preference) != len(self.cost):
+            raise ValueError("preference: give one list per prompt (empty: no order), or none")
+        for i, order in enumerate(self.preference):
+            if order and (len(set(order)) != len(order) or set(order) != set(self.cost[i])):
+                raise ValueError(f"prompt {i}: its preference {order} must name each of its "
+                                 f"models once: {sorted(self.cost[i])}")
         for i, options in enumerate(self.cost):
             if not options:
                 raise ValueError(f"prompt {i} allows no model of the instance")
@@ -62,6 +74,15 @@ class Instance:
     def arrival(self, i: int) -> float:
         return self.arrivals_s[i] if self.arrivals_s else 0.0
 
+    def preferred(self, i: int) -> tuple[str, ...]:
+        """Prompt i's ordered preference list (empty: any of its models, no order)."""
+        return self.preference[i] if self.preference else ()
+
+    @property
+    def ordered(self) -> bool:
+        """Whether some prompt has an ordered preference list."""
+        return any(self.preference)
+
     def limits_at(self, model: str, t: float) -> Limits:
         """The limits in force on ``model`` at time ``t``."""
         if self.change_at_s is not None and t >= self.change_at_s and model in self.limits_after:
@@ -78,18 +99,26 @@ def instance_from_profile(
     limits_after: Mapping[str, Limits] | None = None,
     change_at_s: float | None = None,
     max_output_tokens: int | None = None,
+    ordered: bool = False,
 ) -> Instance:
     """The instance the simulator makes of these prompts: each prompt's tokens (input +
     drawn output) and wall-clock latency (``latency * slowdown / time_scale``) on each
     model it allows (``allowed[i]``; None: every model), and the profile's limits over its
-    scaled window."""
+    scaled window.
+
+    :param ordered: each given list is an ordered preference (first choice first, as the
+        router's drain admits it): kept as the instance's ``preference``, without the
+        models the profile lacks.
+    """
     scale = profile.slowdown / profile.time_scale
     window = profile.scaled_window_s
     limits = {m.name: Limits(window, m.rpm, m.tpm, m.max_concurrency) for m in profile.models}
     by_name = {m.name: m for m in profile.models}
     cost = []
+    preference: list[tuple[str, ...]] = []
     for i, prompt in enumerate(prompts):
-        names = (allowed[i] if allowed is not None else None) or tuple(by_name)
+        given = allowed[i] if allowed is not None else None
+        names = given or tuple(by_name)
         options = {}
         for name in names:
             model = by_name.get(name)
@@ -98,5 +127,7 @@ def instance_from_profile(
             d = draw(profile, model, prompt, max_output_tokens)
             options[name] = (d.total_tokens, d.latency_s * scale)
         cost.append(options)
+        preference.append(tuple(options) if ordered and given else ())
     return Instance(cost=tuple(cost), limits=limits, limits_after=dict(limits_after or {}),
-                    change_at_s=change_at_s, arrivals_s=tuple(arrivals_s))
+                    change_at_s=change_at_s, arrivals_s=tuple(arrivals_s),
+                    preference=tuple(preference) if any(preference) else ())

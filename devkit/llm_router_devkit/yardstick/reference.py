@@ -8,6 +8,16 @@ and sends each to the model that finishes it earliest (now, or later on a faster
 waiting for it finishes sooner: then the prompt waits). It tries a few orders and keeps the
 best. Sends only ever happen at the current time, so a send never invalidates an earlier
 one: every schedule it returns passes :func:`check_schedule`.
+
+With ``ordered=True`` it keeps each prompt's ordered preference list
+(``Instance.preference``) as a router admitting with ``ordered=True`` does: the prompt goes
+to the first model of its list that can take it now, overflows to a later one only while
+the earlier ones cannot, and, if none can, waits until the first moment one of them can and
+decides again in list order. Treating the list as a set (the default) lets the reference
+send a prompt to a later, faster model while its first choice has room, which no
+preference-keeping schedule may: on a workload with ordered lists the default reference
+is faster than any of them can be, and the preference-keeping one is the fairer yardstick
+for a router that keeps the order. Prompts without a list keep the earliest-finish choice.
 """
 
 from __future__ import annotations
@@ -103,11 +113,13 @@ class _Model:
 class _Run:
     """One simulation: the clock, the models, who waits and who was sent where."""
 
-    def __init__(self, instance: Instance, order: Sequence[int]) -> None:
+    def __init__(self, instance: Instance, order: Sequence[int], ordered: bool) -> None:
         self.instance = instance
+        self.ordered = ordered
         self.models = {m: _Model(m, instance) for m in instance.models}
         self.rank = {i: r for r, i in enumerate(order)}
-        self.waiting: dict[frozenset[str], list[int]] = {}
+        # prompts waiting, by model set (a tuple: an ordered list, kept as such)
+        self.waiting: dict[frozenset[str] | tuple[str, ...], list[int]] = {}
         self.arrivals = deque(sorted(range(instance.size),
                                      key=lambda i: (instance.arrival(i), self.rank[i])))
         self.sends: list[tuple[str, float] | None] = [None] * instance.size
@@ -118,8 +130,33 @@ class _Run:
     def admit_arrivals(self) -> None:
         while self.arrivals and self.instance.arrival(self.arrivals[0]) <= self.t + _EPS:
             i = self.arrivals.popleft()
-            group = self.waiting.setdefault(frozenset(self.instance.cost[i]), [])
+            key = self.preferred(i) or frozenset(self.instance.cost[i])
+            group = self.waiting.setdefault(key, [])
             bisect.insort(group, i, key=self.rank.__getitem__)
+
+    def preferred(self, i: int) -> tuple[str, ...]:
+        """Prompt i's ordered list if this run keeps preferences (empty: choose freely)."""
+        return self.instance.preferred(i) if self.ordered else ()
+
+    def choice(self, i: int) -> tuple[str, float]:
+        """Where prompt i goes and when it could be sent there (if later than now, it waits
+        and decides again then)."""
+        order = self.preferred(i)
+        return self.first_with_room(i, order) if order else self.best(i)
+
+    def first_with_room(self, i: int, order: Sequence[str]) -> tuple[str, float]:
+        """The first model of ``order`` that can take prompt i now; if none can, its first
+        model and the earliest moment any of them can (the prompt decides again then, in
+        list order: the model free at that moment need not be the one it takes)."""
+        soonest = math.inf
+        for name in order:
+            s = self.models[name].earliest(self.t, self.instance.cost[i][name][0])
+            if s <= self.t + _EPS:
+                return name, self.t
+            soonest = min(soonest, s)
+        if math.isinf(soonest):
+            raise ValueError(f"prompt {i} fits on none of its models")
+        return order[0], soonest
 
     def best(self, i: int) -> tuple[str, float]:
         """The model that finishes prompt i earliest, and when it could be sent there."""
@@ -133,14 +170,14 @@ class _Run:
         return best, when - self.instance.cost[i][best][1]
 
     def send_ready(self, group: list[int]) -> None:
-        """Send the prompts of ``group`` whose best model can take them now; the others wait
+        """Send the prompts of ``group`` whose chosen model can take them now; the others wait
         (looking at most :data:`LOOKAHEAD` waiting ones past the first)."""
         kept: list[int] = []
         for pos, i in enumerate(group):
             if len(kept) >= LOOKAHEAD:
                 kept.extend(group[pos:])
                 break
-            model, send_at = self.best(i)
+            model, send_at = self.choice(i)
             if send_at <= self.t + _EPS:
                 tokens, latency = self.instance.cost[i][model]
                 self.makespan = max(self.makespan,
@@ -167,8 +204,9 @@ class _Run:
         self.t = min(later)
 
 
-def _simulate(instance: Instance, order: Sequence[int], name: str) -> Schedule:
-    run = _Run(instance, order)
+def _simulate(instance: Instance, order: Sequence[int], name: str,
+              ordered: bool = False) -> Schedule:
+    run = _Run(instance, order, ordered)
     while True:
         run.admit_arrivals()
         for m in run.models.values():
@@ -194,23 +232,28 @@ def _orders(instance: Instance) -> dict[str, list[int]]:
     }
 
 
-def reference_schedule(instance: Instance,
-                       plan: Sequence[Mapping[str, float]] = ()) -> Schedule:
+def reference_schedule(instance: Instance, plan: Sequence[Mapping[str, float]] = (), *,
+                       ordered: bool = False) -> Schedule:
     """The best of the greedy earliest-finish schedules over a few prompt orders.
 
     :param plan: where the LP relaxation sends each prompt (``LPBound.plan``); if given,
         the same orders are also tried with each prompt kept to the models of its plan
         (the plan shares scarce models out over the whole backlog, which the greedy choice,
         deciding one prompt at a time, does not).
+    :param ordered: keep each prompt's ordered preference list (``Instance.preference``):
+        first model with room now, in list order (see the module's docstring). The plan
+        then restricts only the prompts without a list: a list cut to the plan's models
+        would skip its first choice while it has room. Without lists, the same schedule.
     """
+    ordered = ordered and instance.ordered
     candidates = [(instance, "")]
     if plan:
-        candidates.append((_planned(instance, plan, 0.1), ", LP plan"))
-        candidates.append((_planned(instance, plan, 1.0), ", LP plan's main model"))
+        candidates.append((_planned(instance, plan, 0.1, ordered), ", LP plan"))
+        candidates.append((_planned(instance, plan, 1.0, ordered), ", LP plan's main model"))
     best: Schedule | None = None
     for inst, label in candidates:
         for name, order in _orders(inst).items():
-            schedule = _simulate(inst, order, name + label)
+            schedule = _simulate(inst, order, name + label, ordered)
             if best is None or schedule.makespan_s < best.makespan_s:
                 best = schedule
     assert best is not None
@@ -218,16 +261,26 @@ def reference_schedule(instance: Instance,
 
 
 def _planned(instance: Instance, plan: Sequence[Mapping[str, float]],
-             least: float) -> Instance:
+             least: float, ordered: bool = False) -> Instance:
     """``instance`` with each prompt allowed only the models its plan gives at least
-    ``least`` of it (always its largest share)."""
+    ``least`` of it (always its largest share); with ``ordered``, the prompts with an
+    ordered list keep all of it. A list cut to fewer models keeps their order."""
     cost = []
-    for options, shares in zip(instance.cost, plan, strict=True):
+    preference = []
+    for i, (options, shares) in enumerate(zip(instance.cost, plan, strict=True)):
+        order = instance.preferred(i)
+        if ordered and order:
+            cost.append(dict(options))
+            preference.append(order)
+            continue
         top = max(shares.values(), default=0.0)
         kept = {m: options[m] for m, x in shares.items()
                 if x >= min(least, top) and m in options}
-        cost.append(kept or dict(options))
-    return replace(instance, cost=tuple(cost))
+        kept = kept or dict(options)
+        cost.append(kept)
+        preference.append(tuple(m for m in order if m in kept))
+    return replace(instance, cost=tuple(cost),
+                   preference=tuple(preference) if instance.preference else ())
 
 
 def check_schedule(instance: Instance, schedule: Schedule) -> list[str]:

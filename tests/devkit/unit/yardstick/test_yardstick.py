@@ -212,3 +212,92 @@ def test_an_lp_without_a_verdict_never_raises_the_bound(monkeypatch: pytest.Monk
     bound = lp_bound(instance)
     assert bound.makespan_s == bound.trivial_s == 1.0 and bound.plan == ()
     assert methods == ["highs-ipm", "highs-ds", "highs"]
+
+
+def _slow_first(preference: tuple[str, ...] = ("slow", "fast")) -> Instance:
+    """Three equal prompts that list a slow model first and a fast one second; each model
+    takes one send per 10 s window."""
+    return Instance(cost=tuple({"slow": (1, 5.0), "fast": (1, 1.0)} for _ in range(3)),
+                    limits={"slow": Limits(10.0, rpm=1), "fast": Limits(10.0, rpm=1)},
+                    preference=(preference,) * 3 if preference else ())
+
+
+def test_keeping_the_preference_order_sends_to_the_first_model_with_room() -> None:
+    """Kept in order: the first prompt to slow (it has room), the second overflows to fast
+    (slow is full), the third finds both full, waits for the next window (10 s), where both
+    have room, and takes slow, its first choice: ends at 15 s. As a set, the fast model
+    takes the first and the third (10 s), slow the second: ends at 11 s, which no schedule
+    beats (two sends fit before 10 s), and which no preference-keeping one reaches."""
+    instance = _slow_first()
+    bound = lp_bound(instance)
+    as_set = reference_schedule(instance, bound.plan)
+    kept = reference_schedule(instance, bound.plan, ordered=True)
+    assert as_set.makespan_s == pytest.approx(11.0)
+    assert kept.sends == (("slow", 0.0), ("fast", 0.0), ("slow", 10.0))
+    assert kept.makespan_s == pytest.approx(15.0)
+    assert check_schedule(instance, kept) == []
+    assert bound.makespan_s <= as_set.makespan_s + 1e-9
+
+
+def test_a_prompt_waits_for_the_first_moment_any_model_of_its_list_has_room() -> None:
+    """The second prompt finds both models busy (concurrency 1) and goes to fast when fast
+    frees at 1 s, although slow comes first in its list: slow has no room until 5 s."""
+    instance = Instance(cost=tuple({"slow": (1, 5.0), "fast": (1, 1.0)} for _ in range(3)),
+                        limits={"slow": Limits(10.0, max_concurrency=1),
+                                "fast": Limits(10.0, max_concurrency=1)},
+                        preference=(("slow", "fast"),) * 3)
+    kept = reference_schedule(instance, ordered=True)
+    assert kept.sends == (("slow", 0.0), ("fast", 0.0), ("fast", 1.0))
+    assert kept.makespan_s == pytest.approx(5.0)
+    assert check_schedule(instance, kept) == []
+
+
+def test_without_ordered_lists_both_references_agree() -> None:
+    """The option changes nothing where no prompt has an ordered list, and an instance's
+    lists are ignored unless it is asked for."""
+    plain = _slow_first(preference=())
+    assert reference_schedule(plain, ordered=True) == reference_schedule(plain)
+    assert reference_schedule(_slow_first()) == reference_schedule(plain)
+    for seed in range(6):
+        instance = _random_instance(random.Random(seed), change=seed % 2 == 1)
+        plan = lp_bound(instance).plan
+        assert reference_schedule(instance, plan, ordered=True) == \
+            reference_schedule(instance, plan)
+
+
+@pytest.mark.parametrize("seed", range(200, 212))
+def test_preference_keeping_schedules_are_valid_and_above_the_bound(seed: int) -> None:
+    """Random instances where some prompts list their models in a random order: the
+    preference-keeping reference obeys every limit, and sends each prompt to a model of
+    its list."""
+    rng = random.Random(seed)
+    instance = _random_instance(rng, change=seed % 2 == 1)
+    preference = tuple(tuple(rng.sample(sorted(c), len(c))) if rng.random() < 0.5 else ()
+                       for c in instance.cost)
+    instance = Instance(cost=instance.cost, limits=instance.limits,
+                        limits_after=instance.limits_after, change_at_s=instance.change_at_s,
+                        arrivals_s=instance.arrivals_s, preference=preference)
+    bound = lp_bound(instance)
+    kept = reference_schedule(instance, bound.plan, ordered=True)
+    assert check_schedule(instance, kept) == []
+    assert bound.makespan_s <= kept.makespan_s + 1e-9
+
+
+def test_a_preference_names_the_prompt_s_models_once() -> None:
+    with pytest.raises(ValueError, match="must name each of its models once"):
+        Instance(cost=({"a": (1, 1.0), "b": (1, 1.0)},),
+                 limits={"a": Limits(10.0), "b": Limits(10.0)}, preference=(("a",),))
+    with pytest.raises(ValueError, match="one list per prompt"):
+        Instance(cost=({"a": (1, 1.0)},), limits={"a": Limits(10.0)},
+                 preference=(("a",), ("a",)))
+
+
+def test_instance_from_the_simulator_keeps_ordered_lists() -> None:
+    profile = SimulatorProfile.default(time_scale=10)
+    prompts = ["why is the sky blue?"] * 3
+    allowed = [None, ("chat-large", "nope", "flash"), ("flash",)]
+    ordered = instance_from_profile(profile, prompts, allowed, ordered=True)
+    assert ordered.preference == ((), ("chat-large", "flash"), ("flash",))
+    assert ordered.ordered
+    assert instance_from_profile(profile, prompts, allowed).preference == ()
+    assert instance_from_profile(profile, prompts, None, ordered=True).preference == ()
