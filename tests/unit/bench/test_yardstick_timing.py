@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from bench.e2e.workloads import Arrival, QuotaChange, Workload
-from bench.e2e.yardstick import NOMINAL, Timing, instance_of, relevant, timing_of
+from bench.e2e.yardstick import (
+    NOMINAL,
+    Timing,
+    Yardstick,
+    _table,
+    instance_of,
+    relevant,
+    timing_of,
+)
 from llm_router_devkit.demo.seed import SeedTask
 from llm_router_devkit.simulator import SimulatorProfile
 
@@ -43,3 +51,24 @@ def test_the_instance_uses_the_recorded_times() -> None:
 def test_runs_without_a_change_or_arrivals_share_one_yardstick() -> None:
     plain = Workload("W1-like", "", _tasks(1))
     assert relevant(Timing(0.4, 21.0), plain) == NOMINAL
+
+
+def test_ordered_lists_are_kept_as_the_drain_admits_them() -> None:
+    """The drain admits a task's allowed models with ordered=True: the instance keeps each
+    list in order, for the reference that keeps preferences."""
+    tasks = (SeedTask("p 0", "reasoning", ("reasoner-small", "reasoner-large", "chat-large"),
+                      "bulk"), SeedTask("p 1", "qa", None, "bulk"))
+    got = instance_of(Workload("W2-like", "", tasks), SimulatorProfile.default(time_scale=3.0))
+    assert got.preference == (("reasoner-small", "reasoner-large", "chat-large"), ())
+    assert not instance_of(Workload("W1-like", "", _tasks(2)),
+                           SimulatorProfile.default(time_scale=3.0)).ordered
+
+
+def test_the_table_adds_the_preference_keeping_reference_where_there_is_one() -> None:
+    runs = [{"workload": w, "design": "router", "makespan_s": 100.0, "solved": 5, "tasks": 5}
+            for w in ("W1", "W2")]
+    sticks = [Yardstick("W1", 20.0, 25.0, 1.0), Yardstick("W2", 40.0, 50.0, 1.0, kept_s=80.0)]
+    header, _, w1, w2 = _table(runs, sticks).splitlines()
+    assert header.endswith("| reference, preferences kept s (% speed) |")
+    assert w1 == "| W1 | 20.0 | 25.0 | router | 100.0 | 25% | 20% | - |"
+    assert w2 == "| W2 | 40.0 | 50.0 | router | 100.0 | 50% | 40% | 80.0 (80%) |"
