@@ -63,7 +63,18 @@ def browser() -> Iterator[WebDriver]:
 
 
 def wait(driver: WebDriver, what: str, condition: Any) -> Any:
-    return WebDriverWait(driver, TIMEOUT_S, poll_frequency=0.1).until(condition, message=what)
+    """Wait until ``condition`` holds. A look that lands while the page is navigating (the
+    UI's own redirect, e.g. to the login form: "aborted by navigation") counts as "not yet"
+    and is looked at again on the new page; any other error is raised."""
+    def polled(d: WebDriver) -> Any:
+        try:
+            return condition(d)
+        except WebDriverException as err:
+            if "aborted by navigation" in str(err):
+                return False
+            raise
+
+    return WebDriverWait(driver, TIMEOUT_S, poll_frequency=0.1).until(polled, message=what)
 
 
 def log_in(driver: WebDriver, ui: QuotaUiStack, user: str) -> None:
