@@ -192,14 +192,18 @@ def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
 
 
 def yardstick(profile: SimulatorProfile, backlog: Sequence[SeedTask]) -> Yardstick:
-    """The LP bound and the reference schedule of this backlog (see ``yardstick/``)."""
+    """The LP bound and the reference schedule of this backlog (see ``yardstick/``), and,
+    when some prompts carry an ordered preference list, the reference that keeps it."""
     started = time.monotonic()
     instance = instance_from_profile(profile, [t.prompt for t in backlog],
-                                     [t.allowed_models for t in backlog])
+                                     [t.allowed_models for t in backlog], ordered=True)
     bound = lp_bound(instance)
     reference = reference_schedule(instance, bound.plan)
+    kept = None
+    if any(t.allowed_models for t in backlog):
+        kept = reference_schedule(instance, bound.plan, ordered=True).makespan_s
     return Yardstick(lp_bound_s=bound.makespan_s, reference_s=reference.makespan_s,
-                     seconds=time.monotonic() - started)
+                     seconds=time.monotonic() - started, kept_s=kept)
 
 
 def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[str, float, float]:

@@ -93,6 +93,12 @@ def test_report_judges_the_run_against_the_yardstick() -> None:
     assert "BUG" not in text
     too_fast = replace(totals, makespan_s=15.0)  # faster than a lower bound: a bug in it
     assert "BUG: this run beat the LP lower bound" in format_report(rows, too_fast, 0)
+    assert "preferences kept" not in text  # a backlog without ordered lists
+    assert totals.yardstick is not None
+    kept = replace(totals, yardstick=replace(totals.yardstick, kept_s=36.0))
+    text = format_report(rows, kept, violations=0)
+    assert "reference with preferences kept: 36.0 s" in text
+    assert "this run: 90% of its speed" in text
 
 
 def test_report_says_why_a_token_window_went_over() -> None:
