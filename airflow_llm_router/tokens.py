@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["count_input_tokens"]
+from typing import TypeGuard
+
+__all__ = ["count_input_tokens", "whole_number"]
 
 
 def count_input_tokens(text: str) -> int:
@@ -12,3 +14,9 @@ def count_input_tokens(text: str) -> int:
     charges exactly this, so there estimated and charged input tokens agree.
     """
     return max(1, len(text) // 4)
+
+
+def whole_number(value: object) -> TypeGuard[int]:
+    """An int that is not a bool: a bool is an int in Python but no count (``True`` would
+    count as 1 token, or 1 ms)."""
+    return isinstance(value, int) and not isinstance(value, bool)

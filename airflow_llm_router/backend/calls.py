@@ -18,6 +18,7 @@ import aiohttp
 
 from airflow_llm_router.backend.config import BackendConfig, BackendFields
 from airflow_llm_router.backend.signals import BackendSignals, read_signals
+from airflow_llm_router.tokens import whole_number
 
 __all__ = [
     "BackendHttp",
@@ -181,7 +182,7 @@ def _usage(body: dict[str, Any], f: BackendFields) -> tuple[int | None, int | No
         return None, None
     inp, out = usage.get(f.input_tokens), usage.get(f.output_tokens)
     bad = [(name, value) for name, value in ((f.input_tokens, inp), (f.output_tokens, out))
-           if value is not None and not _token_count(value)]
+           if value is not None and not (whole_number(value) and value >= 0)]
     if bad:
         log.warning("backend answer: %s; usage counted as unknown",
                     ", ".join(f"{f.usage}.{name} is {value!r:.80}, not a whole number >= 0"
@@ -190,11 +191,6 @@ def _usage(body: dict[str, Any], f: BackendFields) -> tuple[int | None, int | No
     if inp is None or out is None:  # not reported (both are needed to settle)
         return None, None
     return inp, out
-
-
-def _token_count(value: object) -> bool:
-    """Whether ``value`` is a token count (``bool`` is an ``int`` in Python, not a count)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 async def call_single(
@@ -318,7 +314,7 @@ async def call_batch(
 def _item_status(value: Any) -> int:
     """A batch item's status code; one that is not a whole number is a server error (500),
     so a malformed item fails alone, retryably."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 500
+    return value if whole_number(value) else 500
 
 
 def _item_retry_after(value: Any) -> float | None:

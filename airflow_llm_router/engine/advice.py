@@ -148,7 +148,7 @@ def _model_advice(name: str, load: ModelLoad) -> ModelAdvice:
     steady = min(cap, rate * elapsed)
     # a window's calls sent at once, or from L >= W on Little's law (max: float noise)
     burst = min(cap, rate * w * max(1.0, elapsed / w))
-    return ModelAdvice(name, True, latency, tokens, rate, binding, max(steady, burst),
+    return ModelAdvice(name, True, latency, tokens, rate, binding, burst,  # >= steady
                        sustainable, load.in_flight, steady)
 
 

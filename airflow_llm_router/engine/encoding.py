@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
 from airflow_llm_router.engine.quota import validate_model_name
 from airflow_llm_router.engine.types import AdmitRequest, Outcome, as_on_budget
 from airflow_llm_router.names import kind_problem
+from airflow_llm_router.tokens import whole_number
 
 __all__ = ["MAX_HOP_MS", "Completion", "encode_completion", "encode_request"]
 
@@ -67,16 +68,16 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     if r.input_tokens is not None:
         if r.estimated_tokens is not None:
             raise ValueError("input_tokens: give either estimated_tokens or input_tokens")
-        if not _whole(r.input_tokens) or r.input_tokens < 0:
+        if not whole_number(r.input_tokens) or r.input_tokens < 0:
             raise ValueError(f"input_tokens: {r.input_tokens!r} is not a whole number >= 0")
         return [r.request_id, hot, -1, r.input_tokens, -1, ordered, models, *kind]
-    if not _whole(r.estimated_tokens) or r.estimated_tokens < 1:
+    if not whole_number(r.estimated_tokens) or r.estimated_tokens < 1:
         raise ValueError(
             f"estimated_tokens: {r.estimated_tokens!r} is not a whole number >= 1 "
             "(estimate input + output tokens of the prompt)"
         )
     out = r.estimated_output_tokens
-    if out is not None and (not _whole(out) or not 0 <= out <= r.estimated_tokens):
+    if out is not None and (not whole_number(out) or not 0 <= out <= r.estimated_tokens):
         raise ValueError(
             f"estimated_output_tokens: {out!r} must be a whole number between 0 and "
             "estimated_tokens, or None"
@@ -84,12 +85,6 @@ def encode_request(r: AdmitRequest) -> list[Any]:
     total = r.estimated_tokens
     inp, outp = (total, total) if out is None else (total - out, out)
     return [r.request_id, hot, total, inp, outp, ordered, models, *kind]
-
-
-def _whole(value: object) -> TypeGuard[int]:
-    """An int that is not a bool: a bool is an int in Python but no count, and ``True``
-    would go to the admit script as a token count (or hop) of 1."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
@@ -100,7 +95,7 @@ def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
         if problem:
             raise ValueError(f"kind: {problem}")
     as_on_budget(r.on_budget)
-    if not _whole(r.hop_ms) or not 0 <= r.hop_ms <= MAX_HOP_MS:
+    if not whole_number(r.hop_ms) or not 0 <= r.hop_ms <= MAX_HOP_MS:
         raise ValueError(f"hop_ms: {r.hop_ms!r} is not a whole number of ms between 0 and "
                          f"{MAX_HOP_MS}")
     tail: list[str | int | None] = [r.kind, 1 if r.on_budget == "wait" else 0, r.hop_ms]
@@ -125,7 +120,7 @@ def encode_completion(c: Completion) -> list[Any]:
     for name, value in (("input_tokens", c.input_tokens), ("output_tokens", c.output_tokens)):
         # the settle script would fail on a bool, and with it every settlement merged
         # into the same script call
-        if value is not None and (not _whole(value) or value < 0):
+        if value is not None and (not whole_number(value) or value < 0):
             raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
     known = c.input_tokens is not None and c.output_tokens is not None
     retry_ms = 0 if c.retry_after_s is None else max(0, math.ceil(c.retry_after_s * 1000))

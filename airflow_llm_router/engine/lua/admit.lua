@@ -107,9 +107,10 @@ local function decide(req)
       m = order[k]
       if WAIT_FASTER and soon_m then
         -- even with room now its group would end later; so would the groups after it
-        if finish_passed(group[m], group[m], soonest, soon_m, lat, group) then break end
+        local bar = finish_bar(group[m], soonest, soon_m, lat, group)
+        if group[m] >= bar then break end
         -- a member slower than its group's fastest may end later on its own
-        passed = finish_passed(lat[m], group[m], soonest, soon_m, lat, group)
+        passed = lat[m] >= bar
       end
     elseif fair then
       m = next_fair(pool)

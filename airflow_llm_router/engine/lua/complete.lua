@@ -194,8 +194,10 @@ for _, m in ipairs(models) do
       end
     end
   end
-  local q = quota_of(m)
-  observe_latency(K_EST, m .. '|lat', latencies, q and q.lat and q.lat * 1000 or nil)
+  observe_latency(K_EST, m .. '|lat', latencies, function()
+    local q = quota_of(m)
+    return q and q.lat and q.lat * 1000 or nil
+  end)
   observe_p95(K_OBS(m), K_EST, m, outputs, recompute)
   for _, kind in ipairs(kind_names) do kind_observe(m, kind, kinds[kind].o, kinds[kind].l) end
   provider_said(m, batch)

@@ -107,17 +107,16 @@ local function finish_order(names)
   return order, lat, t.mean, group
 end
 
--- Whether a candidate of likely latency `l` in group `g` is not worth trying: the model
--- the request would likely finish soonest on (soon_m, at `soonest` ms from now) would
--- finish it sooner. Among equally fast models (soon_m's group) waiting must save more than
--- one of soon_m's calls: their learned latencies differ by noise and by the callers' own
--- delays, and waiting to save less is not worth holding a request while a model has room.
--- A slower group is passed as soon as it would end later: near the end of a backlog, a
--- call that ends after the fast models have done the rest is what ends the backlog.
-local function finish_passed(l, g, soonest, soon_m, lat, group)
-  if soonest == nil then return false end
-  if g == group[soon_m] then return l >= soonest + lat[soon_m] end
-  return l >= soonest
+-- The likely latency at or past which a candidate of group `g` is not worth trying: the
+-- model the request would likely finish soonest on (soon_m, at `soonest` ms from now)
+-- would finish it sooner. Among equally fast models (soon_m's group) waiting must save
+-- more than one of soon_m's calls: their learned latencies differ by noise and by the
+-- callers' own delays, and waiting to save less is not worth holding a request while a
+-- model has room. A slower group is passed as soon as it would end later: near the end of
+-- a backlog, a call that ends after the fast models have done the rest is what ends it.
+local function finish_bar(g, soonest, soon_m, lat, group)
+  if g == group[soon_m] then return soonest + lat[soon_m] end
+  return soonest
 end
 
 -- What a request that waits is queued as (lib/waiters.lua): by the finish time it waits

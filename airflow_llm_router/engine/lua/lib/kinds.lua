@@ -35,8 +35,9 @@ end
 -- A model's latency (ms): its EWMA in h[f] and the EWMA of each call's distance from it,
 -- the mean deviation, in h[f .. 'd'] (from the second call on), so that admission can
 -- judge a model by a likely latency and not only its mean (lib/finish.lua).
--- With a prior (`prior` ms, the quota's expected latency), the first estimate starts from
--- it (and a deviation of half of it) rather than from the first call: the first calls to
+-- With a prior (`prior()`: the quota's expected latency in ms, or nil; read only while the
+-- model has no estimate), the first estimate starts from it (and a deviation of half of
+-- it) rather than from the first call: the first calls to
 -- end are the short ones (a long call is still running when they come back), so an
 -- estimate that starts from them takes a slow model for a fast one until its long calls
 -- end, and it is given calls that end last.
@@ -44,7 +45,10 @@ local function observe_latency(h, f, samples, prior)
   if #samples == 0 then return end
   local v = redis.call('HMGET', h, f, f .. 'd')
   local cur, dev = tonumber(v[1]), tonumber(v[2])
-  if not cur and prior then cur, dev = prior, prior / 2 end
+  if not cur and prior then
+    local p = prior()
+    if p then cur, dev = p, p / 2 end
+  end
   for _, x in ipairs(samples) do
     if cur then
       local d = math.abs(x - cur)
