@@ -261,6 +261,23 @@ async def _report(router: AsyncRouterClient, progress: _Progress, every_s: float
             log.debug("could not read the router's stats for the gauges", exc_info=True)
 
 
+#: How long closing a solver waits for a cancelled helper loop to end.
+HELPER_STOP_S = 5.0
+
+
+async def _stop(helpers: list[asyncio.Task[None]]) -> None:
+    """Cancel the helper loops and wait at most HELPER_STOP_S for them: a loop caught in a
+    call that ignores its cancellation (seen once under load: the progress loop went on
+    after its cancellation, and the drain, done with its tasks, never ended) is left
+    behind with a warning rather than holding the solver open for ever."""
+    for task in helpers:
+        task.cancel()
+    _, pending = await asyncio.wait(helpers, timeout=HELPER_STOP_S)
+    for task in pending:
+        log.warning("solver loop %s did not stop within %.0f s of its cancellation; left "
+                    "behind", task.get_name(), HELPER_STOP_S)
+
+
 @contextlib.asynccontextmanager
 async def solving(
     router: AsyncRouterClient,
@@ -286,9 +303,7 @@ async def solving(
         try:
             yield solver
         finally:
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await _stop(helpers)
             await solver.batcher.aclose()
             await solver.stamps.aclose()
             if solver.settling:  # answered calls' leases: settle them before closing

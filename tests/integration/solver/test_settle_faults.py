@@ -28,6 +28,7 @@ from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from airflow_llm_router.solver import runner
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import _keep_alive, _Progress, solve_items, solving
 from airflow_llm_router.solver.settings import SolveSettings
@@ -229,3 +230,38 @@ async def test_a_heartbeat_that_fails_is_logged_and_the_others_go_on(
 
 def _broken(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if "broken#1: heartbeat failed" in r.getMessage()]
+
+
+async def test_a_helper_loop_that_ignores_its_cancellation_does_not_hold_the_solver(
+        namespace: str, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A drain once never ended under load: its progress loop went on after its
+    cancellation (a call beneath it swallowed it) and closing the solver waited for it for
+    ever. A loop that ignores its cancellation (here the progress loop, replaced by one that
+    does) is now left behind with a warning after HELPER_STOP_S."""
+    release, running = asyncio.Event(), asyncio.Event()
+
+    async def stubborn(*_args: object) -> None:
+        running.set()
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue  # what the call beneath it did
+
+    caplog.set_level(logging.WARNING)
+    monkeypatch.setattr(runner, "_report", stubborn)
+    monkeypatch.setattr(runner, "HELPER_STOP_S", 0.5, raising=False)
+    router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    config = BackendConfig(base_url="http://127.0.0.1:9", timeout_s=1)
+    try:
+        async with await http_client(config, 4) as http:
+            started = time.monotonic()
+            async with solving(router, http, config, SolveSettings(), time.time() + 30):
+                await running.wait()
+            closed_s = time.monotonic() - started
+    finally:
+        release.set()
+        await router.aclose()
+    assert closed_s < 5, closed_s
+    assert any("did not stop within" in r.getMessage() for r in caplog.records)
