@@ -33,7 +33,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response, status
+from fastapi.openapi.models import Example
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -106,6 +107,19 @@ class TasksBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: list[TaskIn] = Field(min_length=1, max_length=MAX_TASKS_PER_POST)
+
+
+#: ``POST /tasks`` bodies the OpenAPI document shows (the viewer's "try it out" and
+#: docs/http_api.md): each is accepted, so a client copying one, and a test generating
+#: requests from the document, starts from a request that succeeds.
+TASKS_EXAMPLES: dict[str, Example] = {
+    "tasks": {"summary": "one task with every option, one with the defaults", "value": {
+        "tasks": [{"prompt": "Summarise ...", "priority": "hot",
+                   "allowed_models": ["gpt-small", "gpt-big"], "kind": "summary",
+                   "max_attempts": 3, "metadata": {"source": "crm", "ticket": 8812},
+                   "idempotency_key": "crm:8812"},
+                  {"prompt": "Translate ..."}]}},
+}
 
 
 class Enqueued(BaseModel):
@@ -202,7 +216,8 @@ def _too_large(path: str) -> dict[int | str, dict[str, Any]]:
              responses={200: {"model": Enqueued, "description": (
                  "every task's idempotency key was already stored: nothing was added")},
                  **_too_large("/tasks")})
-async def post_tasks(body: TasksBody, _: Writer, store: Store, response: Response) -> Any:
+async def post_tasks(body: Annotated[TasksBody, Body(openapi_examples=TASKS_EXAMPLES)],
+                     _: Writer, store: Store, response: Response) -> Any:
     tasks = [NewTask(prompt=t.prompt, priority=t.priority, allowed_models=t.allowed_models,
                      kind=t.kind, max_attempts=t.max_attempts, metadata=t.metadata,
                      idempotency_key=t.idempotency_key, on_budget=t.on_budget)
@@ -258,6 +273,16 @@ class RequeueBody(BaseModel):
                                        "every dead task")
 
 
+#: ``POST /tasks/requeue`` bodies the OpenAPI document shows, one per way to name the
+#: tasks; each is accepted (200, also when no task is dead), as :data:`TASKS_EXAMPLES`.
+REQUEUE_EXAMPLES: dict[str, Example] = {
+    "ids": {"summary": "these dead tasks", "value": {"ids": [977, 978]}},
+    "matching": {"summary": "the dead tasks matching every condition given", "value": {
+        "matching": {"kind": "summary", "model": "gpt-big", "error_contains": "503"}}},
+    "all": {"summary": "every dead task", "value": {"matching": {}}},
+}
+
+
 class Requeued(BaseModel):
     """What a requeue did."""
 
@@ -272,7 +297,8 @@ class Requeued(BaseModel):
              response_model=Requeued, responses={
                  **_too_large("/tasks/requeue"), 422: {"description": (
                      "invalid, or both or neither of ids and matching (nothing changed)")}})
-async def requeue(body: RequeueBody, caller: Writer, store: Store) -> Any:
+async def requeue(body: Annotated[RequeueBody, Body(openapi_examples=REQUEUE_EXAMPLES)],
+                  caller: Writer, store: Store) -> Any:
     matching = None if body.matching is None else DeadFilter(
         **body.matching.model_dump(exclude_none=True))
 

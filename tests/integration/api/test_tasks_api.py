@@ -328,6 +328,22 @@ async def test_bad_requeues_answer_422_naming_the_field(
     assert store.counts()["dead"] == 1
 
 
+async def test_the_documented_bodies_are_accepted(api: httpx.AsyncClient,
+                                                  store: TaskStore) -> None:
+    """Each request example of the OpenAPI document succeeds as it stands: clients copy
+    them, and the schemathesis run counts on them for each operation's success."""
+    _dead(store, ["x"], kind="summary")
+    paths = (await api.get("/openapi.json")).json()["paths"]
+    for path, code in (("/tasks", 201), ("/tasks/requeue", 200)):
+        examples = paths[path]["post"]["requestBody"]["content"]["application/json"].get(
+            "examples", {})
+        assert examples, f"POST {path} documents no example"
+        for name, example in examples.items():
+            response = await api.post(path, json=example["value"])
+            assert response.status_code == code, (path, name, response.text)
+    assert store.counts()["dead"] == 0
+
+
 async def test_requeue_needs_the_token(api: httpx.AsyncClient, store: TaskStore) -> None:
     dead = _dead(store, ["x"])
     response = await api.post("/tasks/requeue", json={"ids": dead},
