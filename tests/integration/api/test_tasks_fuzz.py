@@ -1,25 +1,19 @@
-"""A property-based run of schemathesis (valid and invalid requests generated from the
-served OpenAPI document) against the ``/tasks`` routes, with a real task store: no answer
-is a 5xx. The app runs in process (ASGI): the routes and their store are what is tested,
-a server adds nothing here (the admission routes' run uses one).
+"""A property-based run of schemathesis (the documented examples, then valid and invalid
+requests generated from the served OpenAPI document) against the ``/tasks`` routes, with a
+real task store: no answer is a 5xx. The app runs in process (ASGI): the routes and their
+store are what is tested, a server adds nothing here (the admission routes' run uses one).
 
-Kept short (a few examples per operation and mode); raise ``LLMR_FUZZ_EXAMPLES`` for more.
+Kept short (``fuzzing.EXAMPLES`` per operation and mode); raise ``LLMR_FUZZ_EXAMPLES`` for
+more.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import schemathesis
 from fastapi import FastAPI
-from hypothesis import HealthCheck, given, settings
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.core.result import Err
 
 from airflow_llm_router.api import Lazy, create_app, token_access
 from airflow_llm_router.engine.async_client import AsyncRouterClient
@@ -27,8 +21,7 @@ from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from tests.conftest import REDIS_URL
 from tests.integration.api.conftest import AUTH, TOKEN
-
-EXAMPLES = int(os.environ.get("LLMR_FUZZ_EXAMPLES", "25"))
+from tests.integration.api.fuzzing import fuzz_for_5xx
 
 
 @pytest.fixture
@@ -54,26 +47,8 @@ def test_no_tasks_operation_answers_5xx(app: FastAPI, store: TaskStore) -> None:
     (claim,) = store.claim(1, worker_id="w", claim_ttl_s=30)
     store.fail(claim.id, claim.claim_token, error="x", retryable=False)
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTH)
-    operations = []
-    for result in schema.get_all_operations():
-        if isinstance(result, Err):
-            raise result.err()
-        if result.ok().path.startswith("/tasks"):
-            operations.append(result.ok())
-    assert {op.label for op in operations} == {
-        "POST /tasks", "GET /tasks/{task_id}", "POST /tasks/requeue"}
-    answered: dict[str, set[int]] = {}
-    for operation, mode in itertools.product(operations, GenerationMode):
-
-        @given(case=operation.as_strategy(mode))
-        @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        def fuzz(case: schemathesis.Case[Any]) -> None:
-            response = case.call(headers=AUTH)
-            answered.setdefault(case.operation.label, set()).add(response.status_code)
-            case.validate_response(response, checks=[not_a_server_error])
-
-        fuzz()
+    answered = fuzz_for_5xx(schema, lambda path: path.startswith("/tasks"), headers=AUTH)
+    assert set(answered) == {"POST /tasks", "GET /tasks/{task_id}", "POST /tasks/requeue"}
     # the run got past validation and auth into the store: writes, reads and refusals
     assert {201, 422} <= answered["POST /tasks"], answered
     assert 422 in answered["GET /tasks/{task_id}"], answered
