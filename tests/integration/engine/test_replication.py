@@ -49,8 +49,13 @@ def _until(ok: object, timeout_s: float = 10.0) -> None:
 
 
 def _promote(master: PrivateRedis, replica: PrivateRedis) -> None:
-    """The replica becomes a master; the old master notices it has no replica left."""
-    with redis.Redis(port=replica.port) as r:
+    """The replica, once it holds everything written so far, becomes a master; the old
+    master notices it has no replica left. (Replication is asynchronous: promoted at once,
+    a replica slowed by a loaded machine lacks writes acknowledged before the promotion
+    too, and the test could not tell the failover's gap from that lag.)"""
+    with redis.Redis(port=master.port) as m, redis.Redis(port=replica.port) as r:
+        offset = m.info("replication")["master_repl_offset"]
+        _until(lambda: r.info("replication").get("slave_repl_offset", -1) >= offset)
         r.execute_command("REPLICAOF", "NO", "ONE")
     with redis.Redis(port=master.port) as m:
         _until(lambda: m.info("replication").get("connected_slaves") == 0)
