@@ -116,6 +116,11 @@ def errored(model: str) -> None:
     _emit("incr", "errors", model=model)
 
 
+def hedged(model: str) -> None:
+    """A late call on ``model`` was hedged: its prompt sent to another model as well."""
+    _emit("incr", "hedged", model=model)
+
+
 def usage(stats: RouterStats) -> None:
     """Gauges of every model's current window and in-flight calls."""
     _emit("gauge", "waiting", stats.waiting)

@@ -26,7 +26,7 @@ from airflow_llm_router.api.errors import invalid
 from airflow_llm_router.api.sources import Lazy
 from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection
+from airflow_llm_router.engine.types import Admission, AdmitRequest, Outcome, Rejection
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE, kind_problem
 
 __all__ = ["REQUEST_ID_PREFIX", "router"]
@@ -101,6 +101,10 @@ class Admitted(BaseModel):
     request_id: str
     reused: bool = Field(description="true: a retry of a request already admitted; the same "
                          "lease as before")
+    late_after_s: float | None = Field(None, description=(
+        "past this many seconds the call is late for the model (about the 95th percentile "
+        "of its learned latency; null: unknown): you may send the prompt to another model "
+        "as well, keep the first answer and complete the other lease as abandoned"))
 
 
 class WaitAnswer(BaseModel):
@@ -126,9 +130,11 @@ class CompleteBody(BaseModel):
 
     lease_id: LeaseId
     usage: Usage | None = Field(None, description="actual tokens; omit to keep the estimate")
-    outcome: Literal["ok", "rate_limited", "error"] = Field("ok", description=(
+    outcome: Outcome = Field("ok", description=(
         "rate_limited: the backend answered 429 (the model cools down for every caller); "
-        "error: a 5xx or a timeout (counts towards the circuit breaker)"))
+        "error: a 5xx or a timeout (counts towards the circuit breaker); abandoned: you "
+        "stopped waiting for the call (you had the answer from another model): frees the "
+        "slot, says nothing of the model's health"))
     retry_after_s: float | None = Field(None, ge=0, le=86_400, allow_inf_nan=False,
                                         description="the backend's Retry-After, with a 429")
     arrival_delay_s: float | None = Field(None, ge=0, le=600, allow_inf_nan=False, description=(
@@ -207,7 +213,7 @@ async def schedule(body: ScheduleBody, _: Writer, router_client: Client) -> Any:
     if isinstance(decision, Admission):
         return Admitted(model=decision.model, lease_id=decision.lease_id,
                         lease_ttl_s=decision.lease_ttl_s, request_id=request_id,
-                        reused=decision.reused)
+                        reused=decision.reused, late_after_s=decision.late_after_s)
     return WaitAnswer(wait_ms=decision.retry_after_ms, reason=decision.reason,
                       request_id=request_id)
 

@@ -89,6 +89,12 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _seconds_or_none(ms: Any) -> float | None:
+    """A script's duration in ms as seconds; a negative one means unknown (None)."""
+    value = int(ms)
+    return None if value < 0 else value / 1000
+
+
 def _unique(names: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
@@ -249,6 +255,7 @@ class RouterCore:
                 lease_ttl_s=int(reply[3]) / 1000,
                 request_id=request.request_id,
                 reused=bool(int(reply[4])),
+                late_after_s=_seconds_or_none(reply[5]) if len(reply) > 5 else None,
             )
         if kind == "W":
             stretch = 1 + random.uniform(0, self.settings.jitter)

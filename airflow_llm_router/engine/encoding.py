@@ -21,7 +21,7 @@ __all__ = ["MAX_HOP_MS", "Completion", "encode_completion", "encode_request"]
 #: The longest hop an admission may allow for (:attr:`AdmitRequest.hop_ms`): a minute.
 MAX_HOP_MS = 60_000
 
-_OUTCOMES = ("ok", "rate_limited", "error")
+_OUTCOMES = ("ok", "rate_limited", "error", "abandoned")
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,10 @@ class Completion:
 
     :param input_tokens: actual input tokens, or ``None`` to keep the estimate.
     :param output_tokens: actual output tokens, or ``None`` to keep the estimate.
-    :param outcome: ``"ok"``, ``"rate_limited"`` (a 429) or ``"error"`` (5xx, timeout).
+    :param outcome: ``"ok"``, ``"rate_limited"`` (a 429), ``"error"`` (5xx, timeout) or
+        ``"abandoned"`` (the caller stopped waiting for the call, having the prompt's
+        answer from another model: frees the slot and says nothing of the model's health
+        or latency; give the tokens if known, else the estimate stays).
     :param retry_after_s: the backend's Retry-After, for ``rate_limited``.
     :param arrival_delay_s: when the backend said the call reached it, less when it was
         sent (both wall clocks); widens the model's guard (docs/engine.md, "Guard").

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Priority = Literal["bulk", "hot"]
-Outcome = Literal["ok", "rate_limited", "error"]
+Outcome = Literal["ok", "rate_limited", "error", "abandoned"]
 OnBudget = Literal["overflow", "wait"]
 
 __all__ = [
@@ -167,6 +167,11 @@ class Admission:
     lease_ttl_s: float
     request_id: str
     reused: bool = False
+    #: seconds after admission past which a call on ``model`` is late (about the 95th
+    #: percentile of its learned latency), or None when nothing is known of its latency: a
+    #: caller may then send the prompt elsewhere too and keep the first answer
+    #: (``solver/hedging.py``; settle the call it drops as ``"abandoned"``)
+    late_after_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import RELEASE_HELPS, AsyncRouterClient
-from airflow_llm_router.engine.core import encode_request
+from airflow_llm_router.engine.core import Completion, encode_request
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.outage import RedisOutage
@@ -33,6 +34,9 @@ from airflow_llm_router.solver.outage import RedisOutage
 __all__ = ["BatchAdmitter"]
 
 log = logging.getLogger(__name__)
+
+#: How long closing an admitter waits for its withdrawals and settlements.
+CHORES_S = 5.0
 
 
 @dataclass
@@ -53,6 +57,8 @@ class BatchAdmitter:
         self._outage = outage or RedisOutage(0.0)
         self._pending: dict[str, _Pending] = {}
         self._task: asyncio.Task[None] | None = None
+        #: withdrawals and settlements for callers that stopped waiting (see :meth:`admit`)
+        self._chores: set[asyncio.Task[None]] = set()
         self.round_trips = 0
 
     async def __aenter__(self) -> BatchAdmitter:
@@ -74,6 +80,8 @@ class BatchAdmitter:
                 if not p.future.done():
                     p.future.set_result(None)
             self._pending.clear()
+        if self._chores:
+            await asyncio.wait(list(self._chores), timeout=CHORES_S)
 
     async def admit(self, request: AdmitRequest, timeout_s: float) -> Admission | None:
         """Wait for ``request``'s admission; None after ``timeout_s``.
@@ -94,8 +102,43 @@ class BatchAdmitter:
             self._client.releases.poke()
         try:
             return await pending.future
+        except asyncio.CancelledError:
+            self._given_up(pending)
+            raise
         finally:
             self._pending.pop(request.request_id, None)
+
+    def _given_up(self, p: _Pending) -> None:
+        """The caller of ``p`` stopped waiting (it was cancelled: a hedge no longer
+        needed, a drain ending). A lease it was given meanwhile is settled ``abandoned``
+        (never called: its slot frees now, not at its expiry); otherwise it is withdrawn
+        from the engine's waiters, where it would hold capacity back for nobody until its
+        deadline. A round already under way that admits it settles that lease too."""
+        got = p.future
+        lease = (got.result() if got.done() and not got.cancelled() and got.exception() is None
+                 else None)
+        if lease is not None:
+            self._abandon(lease)
+        else:
+            self._chore(self._client.cancel([p.request.request_id]), "withdraw a request")
+
+    def _abandon(self, lease: Admission) -> None:
+        self._chore(self._client.complete_many([Completion(lease.lease_id,
+                                                           outcome="abandoned")]),
+                    f"settle lease {lease.lease_id}")
+
+    def _chore(self, work: Awaitable[object], what: str) -> None:
+        """Run ``work`` in the background; an error is logged, never raised (the engine
+        drops a waiter at its deadline and a lease at its expiry anyway)."""
+        async def run() -> None:
+            try:
+                await work
+            except Exception as err:
+                log.warning("could not %s: %s: %s", what, type(err).__name__, err)
+
+        task = asyncio.create_task(run(), name="llm-router-admitter-chore")
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
 
     @property
     def waiting(self) -> int:
@@ -130,6 +173,8 @@ class BatchAdmitter:
             expired: list[str] = []
             now = loop.time()
             for p, decision in zip(batch, decisions, strict=True):
+                if p.future.cancelled() and isinstance(decision, Admission):
+                    self._abandon(decision)  # its caller gave up while this round ran
                 if p.future.done():
                     continue
                 if isinstance(decision, Admission):

@@ -47,6 +47,7 @@ class DrainState:
     released: int = 0
     stale: int = 0
     adopted: int = 0
+    hedged: int = 0
 
     def add(self, counts: dict[str, int]) -> None:
         for name, n in counts.items():
@@ -55,7 +56,7 @@ class DrainState:
     def summary(self) -> dict[str, Any]:
         return {"solved": self.solved, "failed": self.failed, "dead": self.dead,
                 "released": self.released, "stale": self.stale, "chunks": self.chunks,
-                "adopted": self.adopted,
+                "adopted": self.adopted, "hedged": self.hedged,
                 "elapsed_s": round(time.time() - self.started, 3)}
 
 
@@ -75,7 +76,8 @@ def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
 def write_results(store: TaskStore, tokens: dict[int, str],
                   results: list[SolveResult]) -> dict[str, int]:
     """Write results, each fenced by its claim token, in three statements; returns counts
-    of ``solved``, ``failed``, ``dead``, ``released`` and ``stale`` (writes refused)."""
+    of ``solved``, ``failed``, ``dead``, ``released``, ``stale`` (writes refused) and
+    ``hedged`` (results whose prompt had a late call hedged)."""
     solved = [TaskResult(int(r.key), tokens[int(r.key)], r.answer or "", r.model or "",
                          r.input_tokens, r.output_tokens)
               for r in results if r.status == "solved"]
@@ -94,7 +96,8 @@ def write_results(store: TaskStore, tokens: dict[int, str],
     return {"solved": sum(written.values()),
             "failed": sum(1 for s in statuses.values() if s is not None),
             "dead": sum(1 for s in statuses.values() if s == "dead"),
-            "released": sum(released.values()), "stale": stale}
+            "released": sum(released.values()), "stale": stale,
+            "hedged": sum(r.hedged for r in results)}
 
 
 @dataclass

@@ -61,7 +61,8 @@ class SolveItem:
 @dataclass(frozen=True)
 class SolveResult:
     """How one prompt ended: ``solved``; ``failed`` (``retryable`` says whether another
-    attempt could help); or ``unfinished`` (time ran out before it was admitted)."""
+    attempt could help); or ``unfinished`` (time ran out before it was admitted). ``calls``
+    counts every call made for it, a hedge's too."""
 
     key: str
     status: ResultStatus
@@ -73,6 +74,8 @@ class SolveResult:
     retryable: bool = True
     calls: int = 0
     rate_limited: int = 0
+    #: whether a late call of the prompt was hedged: sent to a second model as well
+    hedged: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

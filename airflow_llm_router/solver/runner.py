@@ -15,7 +15,7 @@ import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from airflow_llm_router import metrics
 from airflow_llm_router.backend import (
@@ -26,9 +26,10 @@ from airflow_llm_router.backend import (
 )
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import AdmitRequest
+from airflow_llm_router.engine.types import Admission, AdmitRequest
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
+from airflow_llm_router.solver.hedging import first_answer, late_and_idle
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
@@ -39,6 +40,9 @@ __all__ = ["Solver", "solve_items", "solving"]
 
 log = logging.getLogger(__name__)
 
+#: How long a solver keeps the list of models a hedge of an any-model prompt may go to.
+MODEL_NAMES_TTL_S = 10.0
+
 
 @dataclass
 class _Progress:
@@ -46,6 +50,8 @@ class _Progress:
     done: int = 0
     solved: int = 0
     calling: int = 0
+    #: hedges sent (second calls for a prompt whose first call ran late)
+    hedged: int = 0
     live: set[str] = field(default_factory=set)
 
 
@@ -73,6 +79,10 @@ class Solver:
         self.failure: BaseException | None = None
         self.batcher = MicroBatcher(http, backend, self.stamps, batch_size=settings.batch_size,
                                     batch_wait_s=settings.batch_wait_s)
+        #: hedges waiting for admission (they never keep a late call from being hedged)
+        self.hedges_waiting = 0
+        #: every model's name, for a hedge of a prompt that allows any (read when needed)
+        self._names: tuple[float, tuple[str, ...]] = (-float("inf"), ())
 
     def _left(self) -> float:
         return self.deadline - time.time()
@@ -100,6 +110,7 @@ class Solver:
 
     async def _attempts(self, item: SolveItem) -> SolveResult:
         errors = limited = calls = 0
+        hedged = False
         last: CallResult | None = None
         tokens = count_input_tokens(item.prompt)
         cap = self._output_cap(item)
@@ -124,15 +135,17 @@ class Solver:
                                    error=last.error if last else None)
             metrics.admitted(lease.model, time.monotonic() - asked)
             calls += 1
-            last = await self._call(item, lease.model, lease.lease_id)
+            last, model, hedges = await self._call_or_hedge(item, request, lease)
+            calls += hedges
+            hedged = hedged or hedges > 0
             if last.status == "ok":
-                return SolveResult(item.key, "solved", answer=last.answer, model=lease.model,
+                return SolveResult(item.key, "solved", answer=last.answer, model=model,
                                    input_tokens=last.input_tokens,
                                    output_tokens=last.output_tokens, calls=calls,
-                                   rate_limited=limited)
+                                   rate_limited=limited, hedged=hedged)
             if not last.retryable:
                 return SolveResult(item.key, "failed", error=last.error, retryable=False,
-                                   model=lease.model, calls=calls)
+                                   model=model, calls=calls, hedged=hedged)
             if last.status == "rate_limited":
                 limited += 1
                 continue
@@ -140,7 +153,81 @@ class Solver:
             pause = self.settings.backoff_s * 2 ** (errors - 1) * random.uniform(0.5, 1.0)
             await asyncio.sleep(max(0.0, min(pause, self._left())))
         return SolveResult(item.key, "failed", error=last.error if last else None,
-                           retryable=True, calls=calls, rate_limited=limited)
+                           retryable=True, calls=calls, rate_limited=limited, hedged=hedged)
+
+    async def _call_or_hedge(self, item: SolveItem, request: AdmitRequest,
+                             lease: Admission) -> tuple[CallResult, str, int]:
+        """Call ``lease``'s model. If the call runs late (past the admission's
+        ``late_after_s``) while none of this solver's prompts waits for admission, send the
+        prompt to another allowed model as well and keep the first answer; the other call
+        is abandoned (its lease settled so). Why: near the end of a backlog the last
+        straggler ends the whole run, and by then capacity is idle; a second call costs one
+        call. Returns the result kept, its model and the extra calls made (0 or 1).
+        See :mod:`airflow_llm_router.solver.hedging`."""
+        late = lease.late_after_s
+        if not self.settings.hedge_late_calls or late is None:
+            return await self._call(item, lease.model, lease.lease_id), lease.model, 0
+        first = asyncio.create_task(self._call(item, lease.model, lease.lease_id),
+                                    name="llm-router-call")
+        try:
+            if not await late_and_idle(first, late, self._may_hedge):
+                return await first, lease.model, 0
+            others = await self._other_models(item, lease.model)
+            if not others:
+                return await first, lease.model, 0
+            sent: list[str] = []  # the hedge's model, once it is admitted
+            second = asyncio.create_task(self._hedge(item, request, others, lease.model, sent),
+                                         name="llm-router-hedge")
+            kept = await first_answer(first, second)
+            if kept is None:
+                return first.result(), lease.model, len(sent)
+            return kept[0], kept[1] or lease.model, len(sent)
+        finally:
+            if not first.done():  # this prompt's solving was cancelled meanwhile
+                first.cancel()
+
+    def _may_hedge(self) -> bool:
+        """Whether a late call may be hedged now: no prompt of this solver waits for
+        admission (hedges aside: they would take capacity a waiting prompt needs), and
+        new calls may still start."""
+        return self.admitter.waiting <= self.hedges_waiting and self._left() > 0
+
+    async def _other_models(self, item: SolveItem, model: str) -> tuple[str, ...]:
+        """The models a hedge of ``item`` may go to: those it allows but ``model``."""
+        if item.models is not None:
+            return tuple(m for m in item.models if m != model)
+        read_at, names = self._names
+        if time.monotonic() - read_at > MODEL_NAMES_TTL_S:
+            try:
+                names = tuple(sorted(await self.router.get_quotas()))
+            except REDIS_DOWN:
+                return ()
+            self._names = (time.monotonic(), names)
+        return tuple(m for m in names if m != model)
+
+    async def _hedge(self, item: SolveItem, request: AdmitRequest, models: tuple[str, ...],
+                     late_model: str, sent: list[str]) -> tuple[CallResult, str] | None:
+        """The second call of a late prompt, on one of ``models`` (the engine's choice, or
+        the prompt's order), its model added to ``sent`` once admitted; None if it was
+        not admitted."""
+        hedge = replace(request, models=models,
+                        ordered=item.ordered and item.models is not None,
+                        request_id=f"{request.request_id}:hedge")
+        self.hedges_waiting += 1
+        try:
+            lease = await self.admitter.admit(hedge, max(0.0, self._left()))
+        except ImpossibleRequestError:
+            return None
+        finally:
+            self.hedges_waiting -= 1
+        if lease is None:
+            return None
+        sent.append(lease.model)
+        self.progress.hedged += 1
+        metrics.hedged(late_model)
+        log.debug("prompt %s: call on %s late; hedged on %s", item.key, late_model,
+                  lease.model)
+        return await self._call(item, lease.model, lease.lease_id), lease.model
 
     def _output_cap(self, item: SolveItem) -> int | None:
         """The output cap sent with the call: the prompt's, else the solver's, else the
@@ -160,6 +247,11 @@ class Solver:
                     self.http, self.backend, model=model, prompt=item.prompt,
                     max_output_tokens=self._output_cap(item),
                     on_sent=lambda: self.stamps.mark(lease_id))
+        except asyncio.CancelledError:
+            # nobody waits for this call any more (a hedge answered first, or the solver
+            # is closing): free its slot now rather than at the lease's expiry
+            self._settle_later(Completion(lease_id, outcome="abandoned"))
+            raise
         finally:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1
@@ -178,12 +270,16 @@ class Solver:
         if outcome == "ok":
             # The answer goes back to the caller (and into the store) now, whatever Redis
             # does: settling its lease is bookkeeping, retried through an outage.
-            task = asyncio.create_task(self._settle(done), name="llm-router-settle")
-            self.settling.add(task)
-            task.add_done_callback(self.settling.discard)
+            self._settle_later(done)
         else:
             await self._settle(done)  # a cooldown or breaker must count before a retry
         return result
+
+    def _settle_later(self, done: Completion) -> None:
+        """Settle a lease in the background (closing the solver waits for it)."""
+        task = asyncio.create_task(self._settle(done), name="llm-router-settle")
+        self.settling.add(task)
+        task.add_done_callback(self.settling.discard)
 
     async def _settle(self, done: Completion) -> None:
         """Settle one lease; never raises (an answered call's settlement runs in the
@@ -308,8 +404,9 @@ async def solving(
             await solver.stamps.aclose()
             if solver.settling:  # answered calls' leases: settle them before closing
                 await asyncio.gather(*list(solver.settling), return_exceptions=True)
-    log.info("solving: %d prompts done: %d solved, %d admission round trips",
-             progress.done, progress.solved, admitter.round_trips)
+    log.info("solving: %d prompts done: %d solved, %d late calls hedged, %d admission "
+             "round trips", progress.done, progress.solved, progress.hedged,
+             admitter.round_trips)
 
 
 async def solve_items(solver: Solver, items: Sequence[SolveItem]) -> list[SolveResult]:

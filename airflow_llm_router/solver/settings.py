@@ -36,6 +36,13 @@ class SolveSettings(BaseModel):
     :param redis_outage_s: how long the solver rides out a Redis outage (retrying with
         backoff) before it gives up and ends with the error.
     :param progress_every_s: how often progress is logged.
+    :param hedge_late_calls: a call still out past its model's ``late_after_s`` (about the
+        95th percentile of the model's latency, from the engine) while none of this
+        solver's prompts waits for admission (the end of a backlog) sends the prompt to
+        another allowed model too; the first answer is kept and the other call abandoned.
+        At most one extra call per prompt, admitted like any call (within every target
+        and budget); it is paid for, and it cuts the straggler that would end the
+        backlog. See docs/solving.md, "Late calls".
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -50,6 +57,7 @@ class SolveSettings(BaseModel):
     max_output_tokens: int | None = Field(None, ge=1)
     redis_outage_s: float = Field(180.0, ge=0)
     progress_every_s: float = Field(10.0, gt=0)
+    hedge_late_calls: bool = True
 
 
 class DrainSettings(SolveSettings):

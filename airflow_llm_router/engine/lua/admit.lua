@@ -8,7 +8,8 @@
 --               ], ...]  (tokens are estimates
 --                until complete; tokens and output -1: input + the chosen model's learned
 --                output, for the kind if given; the lease records the kind: lib/kinds.lua)
--- Reply per request: {'A', model, lease id, ttl ms, reused 0/1} | {'W', wait ms, reason}
+-- Reply per request: {'A', model, lease id, ttl ms, reused 0/1, late after ms (-1: unknown;
+-- lib/finish.lua)} | {'W', wait ms, reason}
 --                    | {'E', reason, model or ''}
 --                    | {'S', model}: nothing decided, a request may go to any model and
 --                      this model's keys were not declared (re-read the models, retry)
@@ -42,7 +43,10 @@ end
 
 local function reuse(req)
   local lid = ADMITTED[req.rid]
-  if lid then return {'A', split_model(lid), lid, LEASE_TTL, 1} end
+  if lid then
+    local m = split_model(lid)
+    return {'A', m, lid, LEASE_TTL, 1, late_after(m)}
+  end
   lid = redis.call('HGET', K_REQUESTS, req.rid)
   if not lid then return nil end
   local m = split_model(lid)
@@ -51,7 +55,7 @@ local function reuse(req)
   if not DECLARED[m] then return nil end
   local exp = redis.call('ZSCORE', K_LIVE(m), lid)
   if not exp or tonumber(exp) <= NOW then return nil end
-  return {'A', m, lid, tonumber(exp) - NOW, 1}
+  return {'A', m, lid, tonumber(exp) - NOW, 1, late_after(m)}
 end
 
 local function reserve(st, req)
@@ -133,7 +137,7 @@ local function decide(req)
           local lid = reserve(st, req)
           if fair then fair_charge(m, st.q.w) end
           if queued then waiter_remove(req.rid) end
-          return {'A', m, lid, LEASE_TTL, 0}
+          return {'A', m, lid, LEASE_TTL, 0, late_after(m)}
         end
         if not best or wait < best then best, reason, on = wait, w, m end
         if order then

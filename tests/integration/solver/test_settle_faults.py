@@ -10,13 +10,8 @@ prompt as the test says; the router is the real engine on the real Redis.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import airflow.configuration  # noqa: F401 (see below)
@@ -33,6 +28,7 @@ from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import _keep_alive, _Progress, solve_items, solving
 from airflow_llm_router.solver.settings import SolveSettings
 from airflow_llm_router.tokens import count_input_tokens
+from tests.integration.solver.stub_backend import Reply, serve
 
 # Airflow replaces the root logger's handlers when it is first imported (the solver's
 # metrics import it): imported here, at collection, it cannot drop caplog's handler mid-test.
@@ -40,57 +36,6 @@ from airflow_llm_router.tokens import count_input_tokens
 #: the output cap sent with every call: admission reserves exactly input + CAP
 CAP = 20
 QUOTA = {"rpm": 10_000, "tpm": 10**7, "max_concurrency": 100, "window_s": 60}
-
-#: (status, headers, JSON body) for one call, from the call's JSON body
-Reply = tuple[int, dict[str, str], dict[str, Any]]
-
-
-class _Backend(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # every pool of the solver connects at once
-
-    def __init__(self, answer: Callable[[dict[str, Any]], Reply]) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.answer = answer
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Backend
-
-    def do_POST(self) -> None:
-        doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            status, headers, body = self.server.answer(doc)
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        for name, value in {**headers, "Content-Type": "application/json",
-                            "Content-Length": str(len(data))}.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextmanager
-def _serve(answer: Callable[[dict[str, Any]], Reply]) -> Iterator[_Backend]:
-    server = _Backend(answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
 
 def _ok(usage: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Reply:
     return 200, headers or {}, {"answer": "yes",
@@ -137,7 +82,7 @@ async def test_an_answer_with_bad_usage_is_solved_and_counted_at_its_estimate(
         return _ok(BAD_USAGE[int(doc["prompt"].split()[1].rstrip(":")) % len(BAD_USAGE)])
 
     caplog.set_level(logging.WARNING)
-    with _serve(answer) as server:
+    with serve(answer) as server:
         results, stats = await _solve(namespace, redis_url, server.url, prompts)
     assert [r.status for r in results] == ["solved"] * len(prompts), results
     m = stats.models["m"]
@@ -175,7 +120,7 @@ async def test_a_settlement_that_fails_fails_no_prompt_and_frees_its_slot(
         return _ok(headers={"x-received-ms": "inf"})
 
     caplog.set_level(logging.WARNING)
-    with _serve(answer) as server:
+    with serve(answer) as server:
         results, stats = await _solve(namespace, redis_url, server.url, prompts)
     assert [r.status for r in results] == ["solved"] * len(prompts), results
     assert results[7].calls == (2 if fault.startswith("429") else 1)

@@ -21,13 +21,32 @@ local FINISH_SPREAD = 5
 -- never under 1 + 5/2 times the mean.
 local SPREAD_FLOOR = 0.5
 
--- A model's likely and mean latency (ms), or nil when nothing is known of it.
-local function likely_latency(view)
+-- A model's mean latency plus `spread` mean deviations, and its mean (ms), or nil when
+-- nothing is known of it.
+local function latency_at(view, spread)
   local mean = EST[view.m .. '|lat']
   if not mean and view.q.lat then mean = view.q.lat * 1000 end
   if not mean then return nil end
   local dev = math.max(EST[view.m .. '|latd'] or 0, SPREAD_FLOOR * mean)
-  return mean + FINISH_SPREAD * dev, mean
+  return mean + spread * dev, mean
+end
+
+-- A model's likely and mean latency (ms), or nil when nothing is known of it.
+local function likely_latency(view)
+  return latency_at(view, FINISH_SPREAD)
+end
+
+-- When a call on a model is late (ms after its admission, or -1 when nothing is known of
+-- the model's latency): HEDGE_SPREAD mean deviations past its mean (about its 95th
+-- percentile at the spreads seen, never under twice the mean). The admission says it to
+-- the caller, which may then send the prompt to another model as well, keep the first
+-- answer and abandon the other (solver/hedging.py): a straggler that ends a backlog costs
+-- it its whole excess, a second call costs one call.
+local HEDGE_SPREAD = 2
+local function late_after(m)
+  local view = model_view(m)
+  local late = view and latency_at(view, HEDGE_SPREAD)
+  return late and int(late) or -1
 end
 
 -- How long a request would likely wait for room on a model that has none now (ms), from

@@ -1,7 +1,10 @@
 -- Model health fed by call outcomes. 'rate_limited' (a 429) puts the model in cooldown for
 -- every caller, for the backend's Retry-After or COOLDOWN ms. BREAKER_FAILS 'error's in a
 -- row open the circuit breaker for BREAKER_OPEN ms; then one probe call is let through
--- (half-open): its success closes the breaker, its failure opens it again.
+-- (half-open): its success closes the breaker, its failure opens it again. 'abandoned' (the
+-- caller stopped waiting for the call: it had the answer from another model, a hedge) says
+-- nothing of the model: no streak broken or extended (an abandoned probe, no longer live,
+-- lets the next probe go: lib/capacity.lua).
 
 -- n 'ok' outcomes at once (n may be 0): they end the error streak, and one of them being
 -- the probe closes the breaker. Returns the model's count of completed calls after them.
@@ -24,6 +27,8 @@ local function record_outcome(m, outcome, retry_ms, was_probe)
   local h = m .. '|'
   if outcome == 'ok' then
     return record_ok(m, 1, was_probe)
+  elseif outcome == 'abandoned' then
+    redis.call('HINCRBY', K_STATS, h .. 'abandoned', 1)
   elseif outcome == 'rate_limited' then
     cool_until(m, NOW + ((retry_ms and retry_ms > 0) and retry_ms or COOLDOWN))
     redis.call('HINCRBY', K_STATS, h .. 'rate_limited', 1)

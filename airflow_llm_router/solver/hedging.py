@@ -1,0 +1,70 @@
+"""Hedging a late call: when to send a prompt's second call, and which answer to keep.
+
+A backlog ends with its slowest call. Model latencies are heavy-tailed (a log-normal
+spread, and stragglers several times the median), so of the hundreds of calls sent as a
+backlog runs out, some straggle, and the last of them ends the run, seconds after every
+other answer, while the models' capacity sits idle. The engine tells each admission when
+a call on its model is late (``Admission.late_after_s``, about the 95th percentile of the
+model's learned latency). A solver with nothing left waiting for admission sends such a
+call's prompt to another allowed model as well (admitted like any call: within every
+target and budget) and keeps the first answer; the other call is abandoned, its lease
+settled ``"abandoned"`` (frees its slot, keeps its usage as estimated, says nothing of the
+model's health). The cost: one call more for the few prompts that run late at the end.
+
+The policy (which models, whether the solver is idle) is the solver's
+(:meth:`~airflow_llm_router.solver.runner.Solver._call_or_hedge`); here are the two waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+from airflow_llm_router.backend import CallResult
+
+__all__ = ["RECHECK_S", "first_answer", "late_and_idle"]
+
+#: How often a late call whose solver is busy looks again whether it may be hedged.
+RECHECK_S = 0.25
+
+T = TypeVar("T")
+
+
+async def late_and_idle(call: asyncio.Task[T], late_s: float,
+                        may_hedge: Callable[[], bool]) -> bool:
+    """Wait for ``call`` until it is late (``late_s`` from now); then True as soon as
+    ``may_hedge()`` holds while it still runs (looked at every :data:`RECHECK_S`), False
+    once it ended."""
+    done, _ = await asyncio.wait({call}, timeout=late_s)
+    while not done:
+        if may_hedge():
+            return True
+        done, _ = await asyncio.wait({call}, timeout=RECHECK_S)
+    return False
+
+
+async def first_answer(
+    first: asyncio.Task[CallResult],
+    second: asyncio.Task[tuple[CallResult, str] | None],
+) -> tuple[CallResult, str | None] | None:
+    """The first answer (status ``ok``) of the late call ``first`` and its hedge
+    ``second`` (with the hedge's model; None for ``first``'s), the other one cancelled.
+    A call that ends without an answer (an error, a 429, a hedge never admitted) leaves
+    the other to finish; None if neither answers (``first``'s result then says why).
+    Cancelled, it cancels both."""
+    pending: set[asyncio.Task[object]] = {first, second}
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if first in done and first.result().status == "ok":
+                return first.result(), None
+            if second in done:
+                got = second.result()
+                if got is not None and got[0].status == "ok":
+                    return got
+        return None
+    finally:
+        for task in (first, second):
+            if not task.done():
+                task.cancel()

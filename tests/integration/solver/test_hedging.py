@@ -1,0 +1,204 @@
+"""Hedging a late call (solver/hedging.py): a call still out past its model's
+``late_after_s`` while nothing of the solver waits for admission sends the prompt to
+another allowed model too; the first answer is kept and the other call's lease is settled
+``abandoned`` (its slot free at once, nothing counted against the model's health).
+
+The backend is a real HTTP server in the test process that holds every call to the
+model "sticky" until the test lets it go (a straggler that never ends by itself) and
+answers the others at once; the router is the real engine on the real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import airflow.configuration  # noqa: F401 (Airflow's logging set-up before caplog's)
+
+from airflow_llm_router.backend import BackendConfig, http_client
+from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine.stats import RouterStats
+from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from airflow_llm_router.solver.items import SolveItem, SolveResult
+from airflow_llm_router.solver.runner import solve_items, solving
+from airflow_llm_router.solver.settings import SolveSettings
+from tests.integration.solver.stub_backend import Reply, serve
+
+#: late after 0.2 s + 2 x 0.1 s (the engine's prior: docs/engine.md)
+QUICK = {"rpm": 1000, "tpm": 10**7, "max_concurrency": 100, "expected_latency_s": 0.2}
+#: solving never takes this long unless a held call is waited for
+LIMIT_S = 30.0
+
+
+class Sticky:
+    """Holds calls to "sticky" until :meth:`let_go`; counts the calls per model."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.calls: Counter[str] = Counter()
+        self.held = threading.Semaphore(0)
+
+    def hold(self, doc: dict[str, Any]) -> None:
+        self.calls[doc["model"]] += 1
+        if doc["model"] == "sticky":
+            self.held.release()
+            self.go.wait(LIMIT_S)
+
+    def answer(self, doc: dict[str, Any]) -> Reply:
+        return 200, {}, {"answer": f"from {doc['model']}",
+                         "usage": {"input_tokens": 3, "output_tokens": 4}}
+
+    def let_go(self) -> None:
+        self.go.set()
+
+
+async def _solve(namespace: str, redis_url: str, url: str, items: list[SolveItem],
+                 quotas: dict[str, dict[str, Any]], during: Any = None,
+                 **settings: Any) -> tuple[list[SolveResult], RouterStats]:
+    """Solve ``items`` through the real solver (``during``, if given, runs beside it);
+    the results and the engine's stats once the solver has closed."""
+    router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    try:
+        for model, quota in quotas.items():
+            await router.set_quota(model, quota)
+        config = BackendConfig(base_url=url, timeout_s=LIMIT_S * 2)
+        async with (await http_client(config, 16) as http,
+                    solving(router, http, config, SolveSettings(max_in_flight=10, **settings),
+                            time.time() + LIMIT_S * 2) as solver):
+            work = solve_items(solver, items)
+            if during is None:
+                results = await asyncio.wait_for(work, LIMIT_S)
+            else:
+                results, _ = await asyncio.wait_for(asyncio.gather(work, during(router)),
+                                                    LIMIT_S)
+        return results, await router.stats()
+    finally:
+        await router.aclose()
+
+
+def _item(key: str, *models: str) -> SolveItem:
+    return SolveItem(key=key, prompt=f"prompt {key}", request_id=f"r-{key}", models=models)
+
+
+async def test_a_late_call_is_hedged_and_the_straggler_abandoned(
+        namespace: str, redis_url: str) -> None:
+    """The prompt prefers "sticky", whose call never ends: once it is late (0.4 s), the
+    prompt goes to "quick" as well and is solved from there; the straggler's lease is
+    settled at once (none in flight on sticky) as abandoned, not as an error. Without
+    hedging the solve waits for the straggler and runs out of time."""
+    backend = Sticky()
+    quotas = {"sticky": QUICK, "quick": QUICK}
+    try:
+        with serve(backend.answer, backend.hold) as server:
+            (result,), stats = await _solve(namespace, redis_url, server.url,
+                                            [_item("1", "sticky", "quick")], quotas)
+    finally:
+        backend.let_go()
+    assert result.status == "solved" and result.answer == "from quick", result
+    assert result.model == "quick" and result.hedged and result.calls == 2
+    assert backend.calls == {"sticky": 1, "quick": 1}
+    sticky = stats.models["sticky"]
+    assert sticky.in_flight == 0, "the abandoned straggler still holds its slot"
+    assert sticky.counters["abandoned"] == 1 and sticky.counters["errors"] == 0
+    assert stats.models["quick"].counters["completed"] == 1
+
+
+async def test_a_prompt_that_allows_one_model_is_not_hedged(
+        namespace: str, redis_url: str) -> None:
+    """With no other model to go to, a late call is only waited for."""
+    backend = Sticky()
+
+    async def let_go_once_late(router: AsyncRouterClient) -> None:
+        await asyncio.to_thread(backend.held.acquire)
+        await asyncio.sleep(1.0)  # well past late (0.4 s): a hedge would have gone by now
+        backend.let_go()
+
+    try:
+        with serve(backend.answer, backend.hold) as server:
+            (result,), _ = await _solve(namespace, redis_url, server.url,
+                                        [_item("1", "sticky")], {"sticky": QUICK},
+                                        during=let_go_once_late)
+    finally:
+        backend.let_go()
+    assert result.answer == "from sticky" and not result.hedged and result.calls == 1
+
+
+async def test_no_hedge_while_a_prompt_of_the_solver_waits(
+        namespace: str, redis_url: str) -> None:
+    """A hedge would take capacity a waiting prompt needs: while the second prompt waits
+    for sticky's one slot, the first prompt's late call is not hedged. Once the
+    straggler ends, both are solved on sticky and quick is never called."""
+    backend = Sticky()
+    quotas = {"sticky": {**QUICK, "max_concurrency": 1}, "quick": QUICK}
+
+    async def let_go_once_late(router: AsyncRouterClient) -> None:
+        await asyncio.to_thread(backend.held.acquire)
+        await asyncio.sleep(1.0)  # well past late (0.4 s): a hedge would have gone by now
+        assert (await router.stats()).waiting == 1  # the second prompt still waits
+        backend.let_go()
+
+    try:
+        with serve(backend.answer, backend.hold) as server:
+            results, stats = await _solve(
+                namespace, redis_url, server.url,
+                [_item("1", "sticky", "quick"), _item("2", "sticky")], quotas,
+                during=let_go_once_late)
+    finally:
+        backend.let_go()
+    assert [r.answer for r in results] == ["from sticky", "from sticky"], results
+    assert not any(r.hedged for r in results)
+    assert backend.calls["quick"] == 0
+    assert stats.models["sticky"].counters["completed"] == 2
+
+
+async def test_a_hedge_still_waiting_when_the_late_call_answers_is_withdrawn(
+        namespace: str, redis_url: str) -> None:
+    """quick's one request of its window is taken, so the hedge waits for admission;
+    the straggler then answers. The hedge is withdrawn from the engine's waiters (none
+    left), quick is never called, and the prompt is solved from sticky."""
+    backend = Sticky()
+    quotas = {"sticky": QUICK, "quick": {**QUICK, "rpm": 1, "window_s": 600}}
+
+    async def let_go_once_hedged(router: AsyncRouterClient) -> None:
+        taken = (await router.admit_many([AdmitRequest(estimated_tokens=10,
+                                                       models=("quick",))]))[0]
+        assert isinstance(taken, Admission)
+        await asyncio.to_thread(backend.held.acquire)
+        while (await router.stats()).waiting == 0:  # the hedge queues for quick
+            await asyncio.sleep(0.02)
+        backend.let_go()
+
+    try:
+        with serve(backend.answer, backend.hold) as server:
+            (result,), stats = await _solve(namespace, redis_url, server.url,
+                                            [_item("1", "sticky", "quick")], quotas,
+                                            during=let_go_once_hedged)
+    finally:
+        backend.let_go()
+    assert result.answer == "from sticky" and result.calls == 1 and not result.hedged, result
+    assert backend.calls["quick"] == 0
+    assert stats.waiting == 0, "the hedge still waits in the engine"
+    assert stats.models["sticky"].in_flight == 0
+
+
+async def test_hedging_can_be_turned_off(namespace: str, redis_url: str) -> None:
+    backend = Sticky()
+
+    async def let_go_once_late(router: AsyncRouterClient) -> None:
+        await asyncio.to_thread(backend.held.acquire)
+        await asyncio.sleep(1.0)  # well past late (0.4 s): a hedge would have gone by now
+        backend.let_go()
+
+    try:
+        with serve(backend.answer, backend.hold) as server:
+            (result,), _ = await _solve(namespace, redis_url, server.url,
+                                        [_item("1", "sticky", "quick")],
+                                        {"sticky": QUICK, "quick": QUICK},
+                                        during=let_go_once_late, hedge_late_calls=False)
+    finally:
+        backend.let_go()
+    assert result.answer == "from sticky" and not result.hedged
+    assert backend.calls["quick"] == 0
