@@ -314,6 +314,8 @@ def _result(opts: argparse.Namespace, prof: SimulatorProfile, tally: Tally,
         "time_scale": opts.time_scale, "window_s": prof.scaled_window_s,
         "clients": opts.clients, "calls": opts.calls, "backlog": opts.backlog,
         "drain_status": event.get("status"), "drain_solved": solved,
+        # late calls the drain sent to a second model too (each one call more)
+        "drain_hedged": (event.get("summary") or {}).get("hedged", 0),
         "http_admitted": tally.admitted, "http_waits": tally.waits,
         "http_backend_429": tally.backend_429, "http_backend_errors": tally.backend_errors,
         "http_s": round(http_s, 2),
