@@ -53,6 +53,24 @@ async def test_complete_frees_the_slot_for_the_next_call(api: httpx.AsyncClient,
     assert ghost.status_code == 404 and "never existed" in ghost.json()["detail"]
 
 
+async def test_a_late_call_can_be_hedged_and_abandoned_over_http(
+        api: httpx.AsyncClient, engine: RouterClient) -> None:
+    """/schedule says when the call is late (from the quota's latency prior: 2 s + two
+    deviations of half of it); /complete takes ``abandoned``: the slot frees, and the
+    model's breaker and error count are untouched."""
+    engine.set_quota("m", {**ROOMY, "expected_latency_s": 2.0})
+    engine.set_quota("n", ROOMY)
+    late = await schedule(api, models=["m"])
+    assert late["late_after_s"] == 4.0
+    assert (await schedule(api, models=["n"]))["late_after_s"] is None  # nothing known
+    done = await api.post("/complete", json={"lease_id": late["lease_id"],
+                                             "outcome": "abandoned"})
+    assert done.json() == {"lease_id": late["lease_id"], "status": "released"}
+    m = engine.stats().models["m"]
+    assert m.in_flight == 0 and m.breaker == "closed"
+    assert m.counters["abandoned"] == 1 and m.counters["errors"] == 0
+
+
 async def test_a_retried_schedule_returns_the_same_lease(api: httpx.AsyncClient,
                                                          engine: RouterClient) -> None:
     engine.set_quota("m", ROOMY)
