@@ -54,6 +54,13 @@ class Sticky:
     def let_go(self) -> None:
         self.go.set()
 
+    async def let_go_well_past_late(self, router: AsyncRouterClient) -> None:
+        """Once a call to "sticky" is held, let it go well past late (0.4 s): a hedge
+        would have gone by then. (A hedge not sent has no event to wait for.)"""
+        await asyncio.to_thread(self.held.acquire)
+        await asyncio.sleep(1.0)
+        self.let_go()
+
 
 async def _solve(namespace: str, redis_url: str, url: str, items: list[SolveItem],
                  quotas: dict[str, dict[str, Any]], during: Any = None,
@@ -111,16 +118,11 @@ async def test_a_prompt_that_allows_one_model_is_not_hedged(
     """With no other model to go to, a late call is only waited for."""
     backend = Sticky()
 
-    async def let_go_once_late(router: AsyncRouterClient) -> None:
-        await asyncio.to_thread(backend.held.acquire)
-        await asyncio.sleep(1.0)  # well past late (0.4 s): a hedge would have gone by now
-        backend.let_go()
-
     try:
         with serve(backend.answer, backend.hold) as server:
             (result,), _ = await _solve(namespace, redis_url, server.url,
                                         [_item("1", "sticky")], {"sticky": QUICK},
-                                        during=let_go_once_late)
+                                        during=backend.let_go_well_past_late)
     finally:
         backend.let_go()
     assert result.answer == "from sticky" and not result.hedged and result.calls == 1
@@ -187,17 +189,13 @@ async def test_a_hedge_still_waiting_when_the_late_call_answers_is_withdrawn(
 async def test_hedging_can_be_turned_off(namespace: str, redis_url: str) -> None:
     backend = Sticky()
 
-    async def let_go_once_late(router: AsyncRouterClient) -> None:
-        await asyncio.to_thread(backend.held.acquire)
-        await asyncio.sleep(1.0)  # well past late (0.4 s): a hedge would have gone by now
-        backend.let_go()
-
     try:
         with serve(backend.answer, backend.hold) as server:
             (result,), _ = await _solve(namespace, redis_url, server.url,
                                         [_item("1", "sticky", "quick")],
                                         {"sticky": QUICK, "quick": QUICK},
-                                        during=let_go_once_late, hedge_late_calls=False)
+                                        during=backend.let_go_well_past_late,
+                                        hedge_late_calls=False)
     finally:
         backend.let_go()
     assert result.answer == "from sticky" and not result.hedged
