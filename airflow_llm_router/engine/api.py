@@ -269,14 +269,19 @@ class RouterAPI:
         return statuses[0]
 
     @operation
-    def mark_sent(self, lease_ids: Sequence[str]) -> Steps[int]:
-        """Tell the engine these leases' calls have just been sent to the backend.
+    def mark_sent(self, lease_ids: Sequence[str],
+                  ago_s: Sequence[float] | None = None) -> Steps[int]:
+        """Tell the engine these leases' calls have been sent to the backend.
 
-        Their window entries restart from now, so a call that waited (in a connection
-        pool, say) before reaching the backend still counts for a full window from when the
-        backend saw it. Call it right after sending; it only ever makes the window stricter.
+        Their window entries restart from when each was sent: now, or ``ago_s`` (one per
+        lease, by the caller's own clock, measured just before this call) before the
+        script runs in Redis, which is no earlier than the send itself. So a call that
+        waited (in a connection pool, say) before reaching the backend still counts for a
+        full window from when the backend saw it, and a stamp that waited behind a burst
+        of calls costs no more than its wait. It only ever makes the window stricter
+        (an entry never moves earlier than its admission).
         """
-        return self.core.mark_sent(lease_ids)
+        return self.core.mark_sent(lease_ids, ago_s)
 
     @operation
     def cancel(self, request_ids: Sequence[str]) -> Steps[int]:

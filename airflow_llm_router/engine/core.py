@@ -286,10 +286,22 @@ class RouterCore:
             statuses.extend(_COMPLETE_STATUS[int(x)] for x in reply)
         return statuses
 
-    def mark_sent(self, lease_ids: Sequence[str]) -> Step[int]:
+    def mark_sent(self, lease_ids: Sequence[str],
+                  ago_s: Sequence[float] | None = None) -> Step[int]:
         if not lease_ids:
             return 0
-        moved = yield Script("sent", items=tuple(lease_ids), models=_lease_models(lease_ids))
+        if ago_s is None:
+            items: tuple[Any, ...] = tuple(lease_ids)
+        else:
+            if len(ago_s) != len(lease_ids):
+                raise ValueError(f"ago_s: {len(ago_s)} values for {len(lease_ids)} leases; "
+                                 "give one per lease")
+            bad = [a for a in ago_s if isinstance(a, bool) or not math.isfinite(a)]
+            if bad:
+                raise ValueError(f"ago_s: {bad[0]!r} is not a finite number of seconds")
+            items = tuple([lid, max(0, int(ago * 1000))]
+                          for lid, ago in zip(lease_ids, ago_s, strict=True))
+        moved = yield Script("sent", items=items, models=_lease_models(lease_ids))
         return sum(int(m) for m in moved)
 
     def cancel(self, request_ids: Sequence[str]) -> Step[int]:

@@ -205,3 +205,30 @@ def test_sent_restarts_the_window_entry_from_now(router: RouterClient) -> None:
     assert router.mark_sent([lease.lease_id]) == 1
     assert router.redis.zscore(window, lease.lease_id) >= before > admitted_at
     assert router.mark_sent(["a#404"]) == 0  # unknown leases are ignored
+
+
+def test_sent_with_its_age_restarts_the_entry_from_the_send(router: RouterClient) -> None:
+    """A stamp that says how long ago its call went out (``ago_s``, by the caller's clock)
+    moves the entry to that moment, not to when the stamp reached Redis, and never earlier
+    than the admission; a bad age is refused naming the argument."""
+    router.set_quota("a", {"rpm": 10, "tpm": 10**6, "max_concurrency": 10})
+    early, late = router.admit(1), router.admit(1)
+    assert isinstance(early, Admission) and isinstance(late, Admission)
+    window = router.core.keys.model("K_WIN", "a")
+    admitted_at = router.redis.zscore(window, late.lease_id)
+
+    def redis_ms() -> int:
+        seconds, micros = router.redis.time()
+        return seconds * 1000 + micros // 1000
+
+    wait_until(lambda: redis_ms() > admitted_at + 300)
+    before = redis_ms()
+    # late: sent 200 ms before the stamp; early: "sent" before its own admission
+    assert router.mark_sent([late.lease_id, early.lease_id], [0.2, 60.0]) == 1
+    after = redis_ms()
+    assert before - 200 <= router.redis.zscore(window, late.lease_id) <= after - 200
+    assert router.redis.zscore(window, early.lease_id) <= admitted_at  # never moved back
+    with pytest.raises(ValueError, match="ago_s"):
+        router.mark_sent([late.lease_id], [float("inf")])
+    with pytest.raises(ValueError, match="ago_s"):
+        router.mark_sent([late.lease_id], [0.1, 0.2])
