@@ -41,8 +41,9 @@ class SendStamps:
     async def _send(self, _key: None, stamps: list[tuple[str, float]]) -> list[None]:
         """Send the stamps with how long ago each call went out: in a burst of calls the
         stamps wait for the event loop, and a stamp at the script's own time would start
-        the call's window entry that much late (measured: about half a second for a burst
-        of 500 calls), holding the model's next window back by as much."""
+        the call's window entry that much late (measured on W1's first burst: up to 40-90 ms
+        for 250-300 calls stamped together), holding the model's next window back by as
+        much."""
         lease_ids = [lid for lid, _ in stamps]
         try:
             await self._outage.call(self._mark, stamps, what="send stamps")
