@@ -11,13 +11,17 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from airflow_llm_router.engine.keys import RouterKeys
+from llm_router_devkit.processes import ChildExited, start_child
 
 __all__ = ["LocalCluster", "LocalSentinel", "PrivateRedis", "drop_namespace", "private_redis"]
 
@@ -35,6 +39,16 @@ def drop_namespace(client: Any, namespace: str) -> int:
     finally:
         if own:
             conn.close()
+
+
+#: what redis-server logs when a port it was given is in use: its own or a cluster node's
+#: bus port. Not "Could not create server TCP listening socket", which also opens
+#: "Cannot assign requested address", a fault another port does not cure.
+PORT_IN_USE = "Address already in use"
+#: how many ports a first start tries, each picked free, before it gives up
+START_ATTEMPTS = 5
+#: how long a start waits for the server to answer
+START_TIMEOUT_S = 10.0
 
 
 def _free_port() -> int:
@@ -65,15 +79,20 @@ class PrivateRedis:
         options); with ``config``, the text of a config file written for it (a sentinel's:
         Sentinel rewrites its file, so it must be its own).
     :param sentinel: run it as a sentinel (``--sentinel``).
+    :param pick_port: gives a port free right now (for a cluster node, one whose bus port,
+        port + 10000, is free too); the default asks the kernel.
     """
 
     def __init__(self, args: list[str] | None = None, config: str | None = None,
-                 sentinel: bool = False) -> None:
-        cluster = "--cluster-enabled" in (args or [])
-        self.port = _free_cluster_port() if cluster else _free_port()
+                 sentinel: bool = False, pick_port: Callable[[], int] | None = None) -> None:
+        self._args = list(args or [])
+        cluster = "--cluster-enabled" in self._args
+        self._pick_port = pick_port or (_free_cluster_port if cluster else _free_port)
+        #: 0 until the first start: the port is picked when the server is about to bind it
+        #: (picked earlier, the three ports of a cluster could be one another's bus ports)
+        self.port = 0
         self._dir = tempfile.mkdtemp(prefix="llmr-redis-")
         self._proc: subprocess.Popen[bytes] | None = None
-        self._args = list(args or [])
         self._config = config
         self._sentinel = sentinel
 
@@ -82,35 +101,62 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start the server; return once it answers, itself and not another server that
+        holds its port.
+
+        A port picked free is only taken when redis-server binds it, and in between another
+        process may take it or, for a cluster node, its bus port (another server, or an
+        outgoing connection or its TIME_WAIT using it as its local port); the server then
+        exits saying "Address already in use". The first start then tries a freshly picked
+        port, up to ``START_ATTEMPTS`` ports in all. A restart keeps its port (callers hold
+        it), so there a taken port raises.
+
+        :raises RuntimeError: the server exited (at once for any other cause) or did not
+            answer in time; the message ends with the last lines of its log.
+        """
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        attempts = 1 if self.port else START_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            port = self.port or self._pick_port()
+            try:
+                self._proc = self._launch(binary, port)
+            except ChildExited as exited:
+                if attempt < attempts and PORT_IN_USE in exited.log_tail:
+                    continue
+                raise
+            self.port = port
+            return
+
+    def _launch(self, binary: str, port: int) -> subprocess.Popen[bytes]:
         command = [binary]
         if self._config is not None:
             path = f"{self._dir}/redis.conf"
             with open(path, "w") as f:
                 f.write(self._config)
             command.append(path)
-        command += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self._dir]
+        command += ["--port", str(port), "--bind", "127.0.0.1", "--dir", self._dir]
         if self._sentinel:
             command.append("--sentinel")
         else:
             command += ["--save", "", "--appendonly", "no"]
-        self._proc = subprocess.Popen(command + self._args, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2,
-                             retry_on_error=[])
+        # one try per probe (redis-py's default retries with backoff for seconds, so the
+        # server's exit went unseen as long); timeouts, as what holds the port may accept
+        # and never answer
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2,
+                             socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+
+        def serving(pid: int) -> bool:
+            try:
+                return int(client.info("server")["process_id"]) == pid
+            except redis.exceptions.RedisError:
+                return False
+
         try:
-            for _ in range(200):
-                if self._proc.poll() is not None:
-                    raise RuntimeError(f"redis-server on port {self.port} exited with "
-                                       f"{self._proc.returncode}")
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.ConnectionError:
-                    time.sleep(0.025)
-            raise RuntimeError(f"redis-server did not answer on port {self.port}")
+            return start_child(command + self._args, log=Path(self._dir) / "redis.log",
+                               ready=serving, what=f"redis-server on port {port}",
+                               timeout_s=START_TIMEOUT_S)
         finally:
             client.close()
 
@@ -129,8 +175,8 @@ class PrivateRedis:
 @contextmanager
 def private_redis() -> Iterator[PrivateRedis]:
     server = PrivateRedis()
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.close()
@@ -149,7 +195,38 @@ def _wait(check: Any, what: str, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-class LocalCluster:
+_ServersT = TypeVar("_ServersT", bound="_Servers")
+
+
+class _Servers:
+    """Servers started together (a cluster, a sentinel set-up), as a ``with`` block.
+
+    If any step of the start fails, every server is stopped before the error goes on: the
+    caller got nothing to close, and a ``redis-server`` does not end with its parent.
+    """
+
+    def start(self: _ServersT) -> _ServersT:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _ServersT) -> _ServersT:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalCluster(_Servers):
     """A Redis Cluster of ``masters`` nodes (no replicas) on loopback ports, made with
     ``redis-cli --cluster create``; ``url`` is ``redis+cluster://`` to its first node."""
 
@@ -162,7 +239,7 @@ class LocalCluster:
     def url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
 
-    def start(self) -> LocalCluster:
+    def _start(self) -> None:
         for node in self.nodes:
             node.start()
         cli = shutil.which("redis-cli")
@@ -181,20 +258,13 @@ class LocalCluster:
             return True
 
         _wait(ok, "the cluster's state ok")
-        return self
 
     def close(self) -> None:
         for node in self.nodes:
             node.close()
 
-    def __enter__(self) -> LocalCluster:
-        return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class LocalSentinel:
+class LocalSentinel(_Servers):
     """A master, one replica and one sentinel watching them as ``master_name`` (quorum 1,
     down after 1 s), on loopback ports; ``url`` is ``redis+sentinel://`` to the sentinel."""
 
@@ -209,7 +279,7 @@ class LocalSentinel:
         assert self.sentinel is not None
         return f"redis+sentinel://127.0.0.1:{self.sentinel.port}/{self.master_name}"
 
-    def start(self) -> LocalSentinel:
+    def _start(self) -> None:
         self.master.start()
         self.replica = PrivateRedis(["--replicaof", "127.0.0.1", str(self.master.port)])
         self.replica.start()
@@ -225,7 +295,6 @@ class LocalSentinel:
         with redis.Redis(port=self.sentinel.port) as sentinel:
             _wait(lambda: int(sentinel.sentinel_master(name)["num-slaves"]) >= 1,
                   "the sentinel's finding the replica")
-        return self
 
     def master_port(self) -> int:
         """The port of the master the sentinel names now."""
@@ -257,9 +326,3 @@ class LocalSentinel:
         for server in (self.sentinel, self.replica, self.master):
             if server is not None:
                 server.close()
-
-    def __enter__(self) -> LocalSentinel:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

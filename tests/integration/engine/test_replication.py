@@ -14,6 +14,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 import redis
@@ -28,17 +29,16 @@ QUOTA = {"rpm": 100, "tpm": 100_000, "max_concurrency": 100}
 
 @pytest.fixture
 def pair() -> Iterator[tuple[PrivateRedis, PrivateRedis]]:
-    master = PrivateRedis()
-    master.start()
-    replica = PrivateRedis(["--replicaof", "127.0.0.1", str(master.port)])
-    replica.start()
-    try:
+    with ExitStack() as stack:  # a replica that fails to start stops the master too
+        master = PrivateRedis()
+        stack.callback(master.close)
+        master.start()
+        replica = PrivateRedis(["--replicaof", "127.0.0.1", str(master.port)])
+        stack.callback(replica.close)
+        replica.start()
         with redis.Redis(port=replica.port) as r:
             _until(lambda: r.info("replication").get("master_link_status") == "up")
         yield master, replica
-    finally:
-        replica.close()
-        master.close()
 
 
 def _until(ok: object, timeout_s: float = 10.0) -> None:
