@@ -20,6 +20,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from llm_router_devkit.processes import start_child
 from llm_router_devkit.simulator.app import create_app
 from llm_router_devkit.simulator.profile import SimulatorProfile
 from llm_router_devkit.simulator.provider import SimulatedBackend
@@ -167,33 +168,39 @@ class SimulatorProcess:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> SimulatorProcess:
+        """Start the simulator; return once ``/health`` answers.
+
+        :raises RuntimeError: it exited or did not answer within ``startup_timeout_s``
+            (the message ends with the last lines of its log); the child is stopped then,
+            and if anything else (a ``KeyboardInterrupt``) ends the start.
+        """
         self._dir = tempfile.TemporaryDirectory(prefix="llmr-sim-")
         path = Path(self._dir.name) / "profile.json"
         path.write_text(self.profile.to_json())
         with socket.socket() as probe:  # a free port; the child binds it at once
             probe.bind((self.host, 0))
             self.port = probe.getsockname()[1]
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "llm_router_devkit.simulator", "--host", self.host,
-             "--port", str(self.port), "--profile", str(path), "--log-level", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            # its own session: a Ctrl-C in the terminal reaches the caller, which stops it
-            # after its own clean-up, not the simulator while calls are still in flight
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while True:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"the simulator exited with {self._proc.returncode}")
+
+        def healthy(_pid: int) -> bool:
             try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return self
+                return httpx.get(self.url + "/health", timeout=1).status_code == 200
             except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the simulator did not answer on {self.url}")
-            time.sleep(0.05)
+                return False
+
+        try:
+            self._proc = start_child(
+                [sys.executable, "-m", "llm_router_devkit.simulator", "--host", self.host,
+                 "--port", str(self.port), "--profile", str(path), "--log-level", "warning"],
+                log=Path(self._dir.name) / "simulator.log", ready=healthy,
+                what=f"the simulator on {self.url}", timeout_s=self.startup_timeout_s,
+                interval_s=0.05,
+                # its own session: a Ctrl-C in the terminal reaches the caller, which stops
+                # it after its own clean-up, not the simulator while calls are in flight
+                start_new_session=True)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
