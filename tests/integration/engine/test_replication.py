@@ -25,6 +25,9 @@ from airflow_llm_router.exceptions import ReplicationLagError
 from llm_router_devkit.redis_tools import PrivateRedis
 
 QUOTA = {"rpm": 100, "tpm": 100_000, "max_concurrency": 100}
+#: how long a write waits for its replica's acknowledgement: long enough for a loaded
+#: machine (200 ms was not, under two CPU burners: a set_quota failed with the lag error)
+WAIT_MS = 2_000
 
 
 @pytest.fixture
@@ -78,7 +81,7 @@ def test_no_acknowledged_admission_is_lost_in_a_failover(
         pair: tuple[PrivateRedis, PrivateRedis], replicas_to_wait: int) -> None:
     master, replica = pair
     settings = RouterSettings(namespace=f"repl-{uuid.uuid4().hex[:8]}",
-                              replicas_to_wait=replicas_to_wait, replica_wait_ms=200)
+                              replicas_to_wait=replicas_to_wait, replica_wait_ms=WAIT_MS)
     keys = RouterKeys(settings.namespace)
     router = RouterClient.from_url(master.url, settings)
     try:
@@ -113,7 +116,7 @@ async def test_the_async_client_waits_for_its_replica_too(
         pair: tuple[PrivateRedis, PrivateRedis]) -> None:
     master, replica = pair
     settings = RouterSettings(namespace=f"repl-{uuid.uuid4().hex[:8]}", replicas_to_wait=1,
-                              replica_wait_ms=200)
+                              replica_wait_ms=WAIT_MS)
     router = AsyncRouterClient.from_url(master.url, settings)
     try:
         await router.set_quota("m", QUOTA)
