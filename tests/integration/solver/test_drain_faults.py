@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -153,3 +154,48 @@ async def test_a_restarted_drain_takes_back_its_own_claims_at_once(
     for task in left:  # the same attempt, finished under the same claim
         row = store.get(task.id)
         assert row is not None and row.attempts == 1
+
+
+def test_a_drain_whose_loop_shuts_down_hands_back_the_claim_it_was_taking(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """``asyncio.run()`` interrupted (``dag.test()`` runs a trigger inline under it: Ctrl-C,
+    or the demo's SIGTERM) cancels every task of its loop at once, the one running the
+    drain's store call among them. A claim committed while the drain was being cancelled
+    must still be handed back; the drain went on without waiting for it, and its tasks
+    stayed claimed until their claims expired."""
+    profile = small_profile(time_scale=120)
+    store.enqueue([f"prompt {i}" for i in range(20)])
+    claimed, go_on = threading.Event(), threading.Event()
+    claim = TaskStore.claim
+
+    def claim_then_pause(self: TaskStore, n: int, **kwargs: Any) -> Any:
+        tasks = claim(self, n, **kwargs)  # committed: the rows are claimed ...
+        claimed.set()
+        go_on.wait(30)  # ... and the drain has not heard of them yet
+        return tasks
+
+    monkeypatch.setattr(TaskStore, "claim", claim_then_pause)
+
+    async def go_on_once_cancelled(drain: asyncio.Task[Any]) -> None:
+        try:
+            await asyncio.wait([drain])  # the claim holds it: until the shutdown cancels this
+        finally:
+            # a drain that does not wait for its claim ends now; one that does, cannot
+            await asyncio.wait([drain], timeout=1.0)
+            go_on.set()
+
+    async def main() -> None:
+        # the trigger as dag.test() runs it (no timeout around it: one more cancellation)
+        drain = asyncio.create_task(anext(_drain(pg_schema, seconds=60).run()))
+        asyncio.create_task(go_on_once_cancelled(drain))  # noqa: RUF006 (the drain holds it)
+        await asyncio.to_thread(claimed.wait, 30)
+        # returning ends asyncio.run(): it cancels every task left and waits for them
+
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn):
+        set_quotas_from(router, profile)
+        asyncio.run(main())
+    assert claimed.is_set()
+    counts = store.counts()
+    assert counts["claimed"] == 0 and counts["pending"] == 20, counts
