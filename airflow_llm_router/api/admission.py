@@ -104,7 +104,8 @@ class Admitted(BaseModel):
     late_after_s: float | None = Field(None, description=(
         "past this many seconds the call is late for the model (about the 95th percentile "
         "of its learned latency; null: unknown): you may send the prompt to another model "
-        "as well, keep the first answer and complete the other lease as abandoned"))
+        "as well and keep the first answer (complete each lease when its call ends: the "
+        "backend counts a call in flight until then)"))
 
 
 class WaitAnswer(BaseModel):
@@ -133,8 +134,7 @@ class CompleteBody(BaseModel):
     outcome: Outcome = Field("ok", description=(
         "rate_limited: the backend answered 429 (the model cools down for every caller); "
         "error: a 5xx or a timeout (counts towards the circuit breaker); abandoned: you "
-        "stopped waiting for the call (you had the answer from another model): frees the "
-        "slot, says nothing of the model's health"))
+        "never made the call (frees the slot, says nothing of the model's health)"))
     retry_after_s: float | None = Field(None, ge=0, le=86_400, allow_inf_nan=False,
                                         description="the backend's Retry-After, with a 429")
     arrival_delay_s: float | None = Field(None, ge=0, le=600, allow_inf_nan=False, description=(

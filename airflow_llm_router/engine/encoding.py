@@ -31,9 +31,11 @@ class Completion:
     :param input_tokens: actual input tokens, or ``None`` to keep the estimate.
     :param output_tokens: actual output tokens, or ``None`` to keep the estimate.
     :param outcome: ``"ok"``, ``"rate_limited"`` (a 429), ``"error"`` (5xx, timeout) or
-        ``"abandoned"`` (the caller stopped waiting for the call, having the prompt's
-        answer from another model: frees the slot and says nothing of the model's health
-        or latency; give the tokens if known, else the estimate stays).
+        ``"abandoned"`` (the call was never made: its caller gave up between the admission
+        and the send; frees the slot, keeps the estimate in the window, says nothing of
+        the model's health or latency). A call that was sent is settled when it ends,
+        even one whose answer is no longer wanted: the provider counts it in flight
+        until then.
     :param retry_after_s: the backend's Retry-After, for ``rate_limited``.
     :param arrival_delay_s: when the backend said the call reached it, less when it was
         sent (both wall clocks); widens the model's guard (docs/engine.md, "Guard").

@@ -170,7 +170,8 @@ class Admission:
     #: seconds after admission past which a call on ``model`` is late (about the 95th
     #: percentile of its learned latency), or None when nothing is known of its latency: a
     #: caller may then send the prompt elsewhere too and keep the first answer
-    #: (``solver/hedging.py``; settle the call it drops as ``"abandoned"``)
+    #: (``solver/hedging.py``; the call that loses runs on to its end, as the provider
+    #: counts it until then, and is settled as any call)
     late_after_s: float | None = None
 
 

@@ -7,9 +7,12 @@ other answer, while the models' capacity sits idle. The engine tells each admiss
 a call on its model is late (``Admission.late_after_s``, about the 95th percentile of the
 model's learned latency). A solver with nothing left waiting for admission sends such a
 call's prompt to another allowed model as well (admitted like any call: within every
-target and budget) and keeps the first answer; the other call is abandoned, its lease
-settled ``"abandoned"`` (frees its slot, keeps its usage as estimated, says nothing of the
-model's health). The cost: one call more for the few prompts that run late at the end.
+target and budget) and keeps the first answer. The other call runs on to its end, its
+answer dropped and its lease settled as any call's: the provider counts it in flight until
+it ends, so freeing its slot sooner would let the next call over its concurrency (seen:
+a 429 for 33 calls in flight on a model of 32, when the loser was cancelled and its
+lease released at once). A hedge still waiting for admission is withdrawn. The cost: one
+call more, paid for, for the few prompts that run late at the end.
 
 The policy (which models, whether the solver is idle) is the solver's
 (:meth:`~airflow_llm_router.solver.runner.Solver._call_or_hedge`); here are the two waits.
@@ -47,24 +50,29 @@ async def late_and_idle(call: asyncio.Task[T], late_s: float,
 async def first_answer(
     first: asyncio.Task[CallResult],
     second: asyncio.Task[tuple[CallResult, str] | None],
+    calling: Callable[[], bool],
 ) -> tuple[CallResult, str | None] | None:
     """The first answer (status ``ok``) of the late call ``first`` and its hedge
-    ``second`` (with the hedge's model; None for ``first``'s), the other one cancelled.
-    A call that ends without an answer (an error, a 429, a hedge never admitted) leaves
-    the other to finish; None if neither answers (``first``'s result then says why).
-    Cancelled, it cancels both."""
+    ``second`` (with the hedge's model; None for ``first``'s). A call that ends without
+    an answer (an error, a 429, a hedge never admitted) leaves the other to finish; None
+    if neither answers (``first``'s result then says why). The hedge is cancelled while
+    it only waits for admission (``calling()`` false: withdrawn, nothing sent); a call
+    already made is left running, as the provider counts it until it ends (the caller
+    keeps it). Cancelled, it cancels both."""
     pending: set[asyncio.Task[object]] = {first, second}
     try:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if first in done and first.result().status == "ok":
+                if not second.done() and not calling():
+                    second.cancel()
                 return first.result(), None
             if second in done:
                 got = second.result()
                 if got is not None and got[0].status == "ok":
                     return got
         return None
-    finally:
+    except asyncio.CancelledError:
         for task in (first, second):
-            if not task.done():
-                task.cancel()
+            task.cancel()
+        raise

@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from airflow_llm_router import metrics
 from airflow_llm_router.backend import (
@@ -81,6 +82,8 @@ class Solver:
                                     batch_wait_s=settings.batch_wait_s)
         #: hedges waiting for admission (they never keep a late call from being hedged)
         self.hedges_waiting = 0
+        #: calls that lost a hedge's race, running on to their end (see _call_or_hedge)
+        self.stragglers: set[asyncio.Task[Any]] = set()
         #: every model's name, for a hedge of a prompt that allows any (read when needed)
         self._names: tuple[float, tuple[str, ...]] = (-float("inf"), ())
 
@@ -159,11 +162,12 @@ class Solver:
                              lease: Admission) -> tuple[CallResult, str, int]:
         """Call ``lease``'s model. If the call runs late (past the admission's
         ``late_after_s``) while none of this solver's prompts waits for admission, send the
-        prompt to another allowed model as well and keep the first answer; the other call
-        is abandoned (its lease settled so). Why: near the end of a backlog the last
-        straggler ends the whole run, and by then capacity is idle; a second call costs one
-        call. Returns the result kept, its model and the extra calls made (0 or 1).
-        See :mod:`airflow_llm_router.solver.hedging`."""
+        prompt to another allowed model as well and keep the first answer. The other call
+        runs on to its end (its answer dropped, its lease settled as any call's): the
+        provider counts it in flight until then, so its slot must not free sooner. Why:
+        near the end of a backlog the last straggler ends the whole run, and by then
+        capacity is idle; a second call costs one call. Returns the result kept, its model
+        and the extra calls made (0 or 1). See :mod:`airflow_llm_router.solver.hedging`."""
         late = lease.late_after_s
         if not self.settings.hedge_late_calls or late is None:
             return await self._call(item, lease.model, lease.lease_id), lease.model, 0
@@ -178,13 +182,17 @@ class Solver:
             sent: list[str] = []  # the hedge's model, once it is admitted
             second = asyncio.create_task(self._hedge(item, request, others, lease.model, sent),
                                          name="llm-router-hedge")
-            kept = await first_answer(first, second)
+            kept = await first_answer(first, second, calling=lambda: bool(sent))
+            for task in (first, second):
+                if not task.done():  # a call that lost the race: it ends by itself
+                    self.stragglers.add(task)
+                    task.add_done_callback(self.stragglers.discard)
             if kept is None:
                 return first.result(), lease.model, len(sent)
             return kept[0], kept[1] or lease.model, len(sent)
         finally:
-            if not first.done():  # this prompt's solving was cancelled meanwhile
-                first.cancel()
+            if not first.done() and first not in self.stragglers:
+                first.cancel()  # this prompt's solving was cancelled meanwhile
 
     def _may_hedge(self) -> bool:
         """Whether a late call may be hedged now: no prompt of this solver waits for
@@ -247,11 +255,6 @@ class Solver:
                     self.http, self.backend, model=model, prompt=item.prompt,
                     max_output_tokens=self._output_cap(item),
                     on_sent=lambda: self.stamps.mark(lease_id))
-        except asyncio.CancelledError:
-            # nobody waits for this call any more (a hedge answered first, or the solver
-            # is closing): free its slot now rather than at the lease's expiry
-            self._settle_later(Completion(lease_id, outcome="abandoned"))
-            raise
         finally:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1
@@ -399,6 +402,10 @@ async def solving(
         try:
             yield solver
         finally:
+            # calls that lost a hedge's race and still run: their answers are not needed;
+            # their leases are left to expire (the provider may still count them)
+            for task in list(solver.stragglers):
+                task.cancel()
             await _stop(helpers)
             await solver.batcher.aclose()
             await solver.stamps.aclose()

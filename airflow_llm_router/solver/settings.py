@@ -39,7 +39,8 @@ class SolveSettings(BaseModel):
     :param hedge_late_calls: a call still out past its model's ``late_after_s`` (about the
         95th percentile of the model's latency, from the engine) while none of this
         solver's prompts waits for admission (the end of a backlog) sends the prompt to
-        another allowed model too; the first answer is kept and the other call abandoned.
+        another allowed model too; the first answer is kept (the other call runs on to its
+        end, its answer dropped).
         At most one extra call per prompt, admitted like any call (within every target
         and budget); it is paid for, and it cuts the straggler that would end the
         backlog. See docs/solving.md, "Late calls".

@@ -4,7 +4,7 @@
 -- ARGV[2]: JSON [[lease id, input tokens, output tokens, outcome, retry after ms,
 --           delay ms, hold ms, announced requests, announced tokens], ...]
 --          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
---          | 'abandoned' (the caller stopped waiting for the call: lib/health.lua);
+--          | 'abandoned' (the lease's call was never made: lib/health.lua);
 --          the last four are optional (-1 or 0: unknown), from what the provider said:
 --          delay = when the call reached it less when it was sent (widens the model's guard,
 --          lib/guard.lua); hold = ms until its window has room again, said on any outcome

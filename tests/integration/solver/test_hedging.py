@@ -1,7 +1,7 @@
 """Hedging a late call (solver/hedging.py): a call still out past its model's
 ``late_after_s`` while nothing of the solver waits for admission sends the prompt to
-another allowed model too; the first answer is kept and the other call's lease is settled
-``abandoned`` (its slot free at once, nothing counted against the model's health).
+another allowed model too; the first answer is kept, and the other call runs on to its
+end (the provider counts it until then) and is settled as any call.
 
 The backend is a real HTTP server in the test process that holds every call to the
 model "sticky" until the test lets it go (a straggler that never ends by itself) and
@@ -90,27 +90,39 @@ def _item(key: str, *models: str) -> SolveItem:
     return SolveItem(key=key, prompt=f"prompt {key}", request_id=f"r-{key}", models=models)
 
 
-async def test_a_late_call_is_hedged_and_the_straggler_abandoned(
+async def test_a_late_call_is_hedged_and_the_straggler_runs_to_its_end(
         namespace: str, redis_url: str) -> None:
-    """The prompt prefers "sticky", whose call never ends: once it is late (0.4 s), the
-    prompt goes to "quick" as well and is solved from there; the straggler's lease is
-    settled at once (none in flight on sticky) as abandoned, not as an error. Without
-    hedging the solve waits for the straggler and runs out of time."""
+    """The prompt prefers "sticky", whose call is held: once it is late (0.4 s), the
+    prompt goes to "quick" as well and is solved from there. The straggler keeps its slot
+    while the backend still has it (freed at once, the next call could go over the
+    model's concurrency at the provider), then ends and is settled as any call. Without
+    hedging the solve waits for the straggler."""
     backend = Sticky()
     quotas = {"sticky": QUICK, "quick": QUICK}
+    held: list[int] = []
+
+    async def let_go_once_answered_elsewhere(router: AsyncRouterClient) -> None:
+        while (await router.stats()).models["quick"].counters["completed"] < 1:
+            await asyncio.sleep(0.02)  # the hedge's answer is in and settled
+        held.append((await router.stats()).models["sticky"].in_flight)
+        backend.let_go()
+        while (await router.stats()).models["sticky"].counters["completed"] < 1:
+            await asyncio.sleep(0.02)  # the straggler ended and was settled
+
     try:
         with serve(backend.answer, backend.hold) as server:
             (result,), stats = await _solve(namespace, redis_url, server.url,
-                                            [_item("1", "sticky", "quick")], quotas)
+                                            [_item("1", "sticky", "quick")], quotas,
+                                            during=let_go_once_answered_elsewhere)
     finally:
         backend.let_go()
     assert result.status == "solved" and result.answer == "from quick", result
     assert result.model == "quick" and result.hedged and result.calls == 2
     assert backend.calls == {"sticky": 1, "quick": 1}
+    assert held == [1], "the straggler's slot was freed while the backend still had it"
     sticky = stats.models["sticky"]
-    assert sticky.in_flight == 0, "the abandoned straggler still holds its slot"
-    assert sticky.counters["abandoned"] == 1 and sticky.counters["errors"] == 0
-    assert stats.models["quick"].counters["completed"] == 1
+    assert sticky.in_flight == 0 and sticky.counters["completed"] == 1
+    assert sticky.counters["errors"] == 0 and sticky.counters["abandoned"] == 0
 
 
 async def test_a_prompt_that_allows_one_model_is_not_hedged(

@@ -2,9 +2,9 @@
 -- every caller, for the backend's Retry-After or COOLDOWN ms. BREAKER_FAILS 'error's in a
 -- row open the circuit breaker for BREAKER_OPEN ms; then one probe call is let through
 -- (half-open): its success closes the breaker, its failure opens it again. 'abandoned' (the
--- caller stopped waiting for the call: it had the answer from another model, a hedge) says
--- nothing of the model: no streak broken or extended (an abandoned probe, no longer live,
--- lets the next probe go: lib/capacity.lua).
+-- lease's call was never made: its caller gave up before sending it) says nothing of the
+-- model: no streak broken or extended (an abandoned probe, no longer live, lets the next
+-- probe go: lib/capacity.lua).
 
 -- n 'ok' outcomes at once (n may be 0): they end the error streak, and one of them being
 -- the probe closes the breaker. Returns the model's count of completed calls after them.
