@@ -12,6 +12,8 @@ from llm_router_devkit.simulator.workload import (
     count_input_tokens,
     draw,
     draw_fault,
+    mean_latency_s,
+    output_tokens_quantile,
     prompt_key,
 )
 
@@ -58,6 +60,22 @@ def test_distributions_are_roughly_as_configured(profile: SimulatorProfile, name
     assert min(latencies) >= model.min_s
     assert max(latencies) <= model.max_s
     assert max(latencies) >= min(model.max_s, 2 * model.median_s)  # a heavy tail
+
+
+@pytest.mark.parametrize(("name", "cap"), [("flash", None), ("coder", None),
+                                           ("reasoner-large", 1000)])
+def test_what_is_known_before_a_call_matches_the_draws(profile: SimulatorProfile, name: str,
+                                                       cap: int | None) -> None:
+    """The mean latency and the output's 95th percentile, computed from the profile, are
+    those of the draws (the tail, the clipping and an output cap included)."""
+    model = profile.model(name)
+    assert model is not None
+    draws = [draw(profile, model, f"task {i}", cap) for i in range(8000)]
+    assert statistics.fmean(d.latency_s for d in draws) == \
+        pytest.approx(mean_latency_s(model, max_output_tokens=cap), rel=0.03)
+    tokens = sorted(d.output_tokens for d in draws)
+    assert tokens[int(0.95 * len(tokens))] == \
+        pytest.approx(output_tokens_quantile(model, 0.95, max_output_tokens=cap), rel=0.03)
 
 
 def test_latency_grows_with_output_tokens(profile: SimulatorProfile) -> None:
