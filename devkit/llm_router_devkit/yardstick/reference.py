@@ -18,6 +18,22 @@ send a prompt to a later, faster model while its first choice has room, which no
 preference-keeping schedule may: on a workload with ordered lists the default reference
 is faster than any of them can be, and the preference-keeping one is the fairer yardstick
 for a router that keeps the order. Prompts without a list keep the earliest-finish choice.
+
+:func:`blind_reference_schedule` is the same simulation under the same limits with the
+costs unknown: its choices read only what a router can know before a call answers
+(``Instance.expected``: the prompt's input tokens + the model's 95th percentile of output,
+and the model's mean latency), and the calls are charged their real draws. A call holds
+its reservation in the scheduler's count of the tpm window until it ends, then its real
+tokens (settled, as the router's engine settles a lease), and a call in flight is expected
+to end its expected latency after its send (once past that, its expected latency again
+from now: all that is known of a call that strayed is that it is still running). The
+strict backend counts real tokens from the send, so a call whose real tokens overran the
+window its reservation fit in is refused (counted in ``Schedule.refused``) and waits to be
+tried again, as a router's call is after a 429. Its order (and plan) is chosen as the
+clairvoyant one's is, but judged on the expected instance (every draw at its
+expectation), not on the draws. What it makes is achievable by a policy that knows only
+what a router knows: between it and the clairvoyant reference lies the part of the gap
+that only knowing the draws closes, or a better policy.
 """
 
 from __future__ import annotations
@@ -26,12 +42,12 @@ import bisect
 import heapq
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from llm_router_devkit.yardstick.instance import Instance
 
-__all__ = ["Schedule", "check_schedule", "reference_schedule"]
+__all__ = ["Schedule", "blind_reference_schedule", "check_schedule", "reference_schedule"]
 
 #: Waiting prompts looked at past one that chose to wait, per moment and model set.
 LOOKAHEAD = 64
@@ -40,51 +56,90 @@ _EPS = 1e-9
 
 @dataclass(frozen=True)
 class Schedule:
-    """``sends[i] = (model, send time)``; ``makespan_s``: when the last call ends."""
+    """``sends[i] = (model, send time)``; ``makespan_s``: when the last call ends;
+    ``refused``: sends a strict backend refused (real tokens over a tpm window that the
+    reservation fit in; only with costs unknown), each tried again later."""
 
     sends: tuple[tuple[str, float], ...]
     makespan_s: float
     order: str
+    refused: int = 0
+
+
+class _Call:
+    """One send: its real tokens and end, what the scheduler counts of it in the window
+    (its reservation until it ends, then its real tokens) and its expected latency."""
+
+    __slots__ = ("counted", "end", "expected", "sent", "tokens")
+
+    def __init__(self, sent: float, cost: tuple[int, float], known: tuple[int, float]) -> None:
+        self.sent = sent
+        self.tokens, self.end = cost[0], sent + cost[1]
+        self.counted, self.expected = known
+
+    def __lt__(self, other: _Call) -> bool:
+        return self.end < other.end
+
+    def expected_end(self, t: float) -> float:
+        """When the scheduler expects it to end, at ``t``: its expected latency after the
+        send, or, once past that, its expected latency again from ``t`` (all it knows of a
+        call that strayed is that it is still running)."""
+        end = self.sent + self.expected
+        return end if end > t + _EPS else t + self.expected
 
 
 class _Model:
-    """One model's sends in the last window and its calls in flight."""
+    """One model's sends in the last window and its calls in flight, as the backend counts
+    them (real tokens and ends) and as the scheduler does (reservations until a call ends,
+    expected ends): the same when the costs are known."""
 
     def __init__(self, name: str, instance: Instance) -> None:
         self.name = name
         self.instance = instance
-        self.window: deque[tuple[float, int]] = deque()  # (send time, tokens)
-        self.tokens = 0
-        self.ends: list[float] = []  # heap of end times
+        self.window: deque[_Call] = deque()
+        self.tokens = 0  # real tokens in the window
+        self.counted = 0  # the scheduler's count of them
+        self.flying: list[_Call] = []  # heap by real end
 
     def expire(self, t: float) -> None:
+        """Drop the sends that left the window and the calls that ended by ``t``; an ended
+        call still in the window counts its real tokens from now on (settled)."""
         w = self.instance.limits[self.name].window_s
-        while self.window and self.window[0][0] <= t - w + _EPS:
-            self.tokens -= self.window.popleft()[1]
-        while self.ends and self.ends[0] <= t + _EPS:
-            heapq.heappop(self.ends)
+        while self.window and self.window[0].sent <= t - w + _EPS:
+            call = self.window.popleft()
+            self.tokens -= call.tokens
+            self.counted -= call.counted
+        while self.flying and self.flying[0].end <= t + _EPS:
+            call = heapq.heappop(self.flying)
+            if call.sent > t - w + _EPS:
+                self.counted += call.tokens - call.counted
+            call.counted = call.tokens
 
-    def earliest(self, t: float, tokens: int) -> float:
-        """The earliest send time >= t for a call of ``tokens`` (inf if it never fits)."""
+    def earliest(self, t: float, tokens: int, real: bool = False) -> float:
+        """The earliest send time >= t for a call of ``tokens`` (inf if it never fits), as
+        the scheduler judges it (reservations for the calls in flight, their expected
+        ends), or, with ``real``, as the backend counts (real tokens, real ends). The two
+        agree when the costs are known."""
         limits = self.instance.limits_at(self.name, t)
         w = limits.window_s
         s = t
         if limits.rpm is not None and len(self.window) >= limits.rpm:
-            s = max(s, self.window[len(self.window) - limits.rpm][0] + w)
+            s = max(s, self.window[len(self.window) - limits.rpm].sent + w)
         if limits.tpm is not None:
             if tokens > limits.tpm:
                 return math.inf
-            excess, j = self.tokens + tokens - limits.tpm, 0
+            excess, j = (self.tokens if real else self.counted) + tokens - limits.tpm, 0
             while excess > 0 and j < len(self.window):
-                excess -= self.window[j][1]
+                excess -= self.window[j].tokens if real else self.window[j].counted
                 j += 1
             if excess > 0:
                 return math.inf
             if j:
-                s = max(s, self.window[j - 1][0] + w)
-        if limits.max_concurrency is not None and len(self.ends) >= limits.max_concurrency:
-            s = max(s, heapq.nsmallest(len(self.ends) - limits.max_concurrency + 1,
-                                       self.ends)[-1])
+                s = max(s, self.window[j - 1].sent + w)
+        cap = limits.max_concurrency
+        if cap is not None and len(self.flying) >= cap:
+            ends = [c.end if real else c.expected_end(t) for c in self.flying]
+            s = max(s, heapq.nsmallest(len(ends) - cap + 1, ends)[-1])
         if s > t + _EPS:  # the limits in force then may differ: ask again from there
             return s if self.instance.change_at_s is None else max(s, self._recheck(s, tokens))
         return t
@@ -95,27 +150,36 @@ class _Model:
             return math.inf
         return s
 
-    def send(self, t: float, tokens: int, latency: float) -> float:
-        self.window.append((t, tokens))
-        self.tokens += tokens
-        heapq.heappush(self.ends, t + latency)
-        return t + latency
+    def send(self, t: float, cost: tuple[int, float], known: tuple[int, float]) -> float:
+        """Send a call of real ``cost`` (tokens, latency) that the scheduler expects to be
+        ``known`` (tokens reserved, latency); when it ends."""
+        call = _Call(t, cost, known)
+        self.window.append(call)
+        self.tokens += call.tokens
+        self.counted += call.counted
+        heapq.heappush(self.flying, call)
+        return call.end
 
     def next_change(self) -> float:
-        """When this model next frees capacity (inf if it holds none)."""
+        """When this model next frees capacity or settles a call (inf: it holds none)."""
         w = self.instance.limits[self.name].window_s
-        times = [self.window[0][0] + w] if self.window else []
-        if self.ends:
-            times.append(self.ends[0])
+        times = [self.window[0].sent + w] if self.window else []
+        if self.flying:
+            times.append(self.flying[0].end)
         return min(times, default=math.inf)
 
 
 class _Run:
-    """One simulation: the clock, the models, who waits and who was sent where."""
+    """One simulation: the clock, the models, who waits and who was sent where. Its choices
+    read ``known``: the real costs, or, with ``blind``, the expected ones
+    (``Instance.expected``); the calls are charged the real costs either way."""
 
-    def __init__(self, instance: Instance, order: Sequence[int], ordered: bool) -> None:
+    def __init__(self, instance: Instance, order: Sequence[int], ordered: bool,
+                 blind: bool = False) -> None:
         self.instance = instance
         self.ordered = ordered
+        self.known = instance.expected if blind else instance.cost
+        self.refused = 0
         self.models = {m: _Model(m, instance) for m in instance.models}
         self.rank = {i: r for r, i in enumerate(order)}
         # prompts waiting, by model set (a tuple: an ordered list, kept as such)
@@ -150,7 +214,7 @@ class _Run:
         list order: the model free at that moment need not be the one it takes)."""
         soonest = math.inf
         for name in order:
-            s = self.models[name].earliest(self.t, self.instance.cost[i][name][0])
+            s = self.models[name].earliest(self.t, self.known[i][name][0])
             if s <= self.t + _EPS:
                 return name, self.t
             soonest = min(soonest, s)
@@ -161,32 +225,39 @@ class _Run:
     def best(self, i: int) -> tuple[str, float]:
         """The model that finishes prompt i earliest, and when it could be sent there."""
         best, when = "", math.inf
-        for name, (tokens, latency) in self.instance.cost[i].items():
+        for name, (tokens, latency) in self.known[i].items():
             s = self.models[name].earliest(self.t, tokens)
             if s + latency < when:
                 best, when = name, s + latency
         if not best:
             raise ValueError(f"prompt {i} fits on none of its models")
-        return best, when - self.instance.cost[i][best][1]
+        return best, when - self.known[i][best][1]
 
     def send_ready(self, group: list[int]) -> None:
         """Send the prompts of ``group`` whose chosen model can take them now; the others wait
-        (looking at most :data:`LOOKAHEAD` waiting ones past the first)."""
+        (looking at most :data:`LOOKAHEAD` waiting ones past the first). With costs unknown,
+        the backend may refuse a send the scheduler's count allows (real tokens over the
+        window): the prompt waits and decides again at the next event."""
         kept: list[int] = []
         for pos, i in enumerate(group):
             if len(kept) >= LOOKAHEAD:
                 kept.extend(group[pos:])
                 break
-            model, send_at = self.choice(i)
-            if send_at <= self.t + _EPS:
-                tokens, latency = self.instance.cost[i][model]
+            name, send_at = self.choice(i)
+            model = self.models[name]
+            cost = self.instance.cost[i][name]
+            if send_at <= self.t + _EPS and model.earliest(self.t, cost[0], real=True) \
+                    <= self.t + _EPS:
                 self.makespan = max(self.makespan,
-                                    self.models[model].send(self.t, tokens, latency))
-                self.sends[i] = (model, self.t)
+                                    model.send(self.t, cost, self.known[i][name]))
+                self.sends[i] = (name, self.t)
                 self.left -= 1
-            else:
-                kept.append(i)
+                continue
+            kept.append(i)
+            if send_at > self.t + _EPS:
                 self.wakes.append(send_at)
+            else:
+                self.refused += 1
         group[:] = kept
 
     def advance(self) -> None:
@@ -205,8 +276,9 @@ class _Run:
 
 
 def _simulate(instance: Instance, order: Sequence[int], name: str,
-              ordered: bool = False) -> Schedule:
-    run = _Run(instance, order, ordered)
+              ordered: bool = False, blind: bool = False) -> Schedule:
+    """The schedule of one order; ``blind``: its choices read the expected costs."""
+    run = _Run(instance, order, ordered, blind)
     while True:
         run.admit_arrivals()
         for m in run.models.values():
@@ -217,10 +289,13 @@ def _simulate(instance: Instance, order: Sequence[int], name: str,
             break
         run.advance()
     return Schedule(sends=tuple(s for s in run.sends if s is not None),
-                    makespan_s=run.makespan, order=name)
+                    makespan_s=run.makespan, order=name, refused=run.refused)
 
 
 def _orders(instance: Instance) -> dict[str, list[int]]:
+    """The orders tried, from the instance's costs (for the reference with costs unknown,
+    the expected instance's)."""
+
     def fastest(i: int) -> float:
         return min(lat for _, lat in instance.cost[i].values())
 
@@ -245,17 +320,46 @@ def reference_schedule(instance: Instance, plan: Sequence[Mapping[str, float]] =
         then restricts only the prompts without a list: a list cut to the plan's models
         would skip its first choice while it has room. Without lists, the same schedule.
     """
+    return _best(instance, plan, ordered, lambda inst: inst)[2]
+
+
+def blind_reference_schedule(instance: Instance, plan: Sequence[Mapping[str, float]] = (),
+                             *, ordered: bool = False) -> Schedule:
+    """The reference with costs unknown: the greedy earliest-*expected*-finish schedule
+    (``Instance.expected``), charged the real draws (see the module's docstring).
+
+    It tries the orders (and plan) :func:`reference_schedule` tries, each on the expected
+    instance (:meth:`Instance.as_expected`), and plays the best of them out on the real
+    draws once: the choice of order may not look at the draws either. When every draw
+    equals its expectation it is the clairvoyant reference.
+
+    :param plan: as for :func:`reference_schedule`, but the LP plan of the *expected*
+        instance (``lp_bound(instance.as_expected()).plan``): one from the real draws
+        would know them.
+    :param ordered: as for :func:`reference_schedule`.
+    :raises ValueError: the instance has no expected costs.
+    """
+    inst, order, guess = _best(instance, plan, ordered, Instance.as_expected)
+    return _simulate(inst, order, guess.order, ordered and instance.ordered, blind=True)
+
+
+def _best(instance: Instance, plan: Sequence[Mapping[str, float]], ordered: bool,
+          judged: Callable[[Instance], Instance]) -> tuple[Instance, list[int], Schedule]:
+    """The candidate instance (``instance`` or kept to its plan) and prompt order whose
+    schedule of the ``judged`` instance (``instance`` itself, or what the scheduler
+    expects of it) ends first, and that schedule."""
     ordered = ordered and instance.ordered
     candidates = [(instance, "")]
     if plan:
         candidates.append((_planned(instance, plan, 0.1, ordered), ", LP plan"))
         candidates.append((_planned(instance, plan, 1.0, ordered), ", LP plan's main model"))
-    best: Schedule | None = None
+    best: tuple[Instance, list[int], Schedule] | None = None
     for inst, label in candidates:
-        for name, order in _orders(inst).items():
-            schedule = _simulate(inst, order, name + label, ordered)
-            if best is None or schedule.makespan_s < best.makespan_s:
-                best = schedule
+        seen = judged(inst)
+        for name, order in _orders(seen).items():
+            schedule = _simulate(seen, order, name + label, ordered)
+            if best is None or schedule.makespan_s < best[2].makespan_s:
+                best = inst, order, schedule
     assert best is not None
     return best
 
@@ -266,20 +370,21 @@ def _planned(instance: Instance, plan: Sequence[Mapping[str, float]],
     ``least`` of it (always its largest share); with ``ordered``, the prompts with an
     ordered list keep all of it. A list cut to fewer models keeps their order."""
     cost = []
+    expected = []
     preference = []
     for i, (options, shares) in enumerate(zip(instance.cost, plan, strict=True)):
         order = instance.preferred(i)
         if ordered and order:
-            cost.append(dict(options))
-            preference.append(order)
-            continue
-        top = max(shares.values(), default=0.0)
-        kept = {m: options[m] for m, x in shares.items()
-                if x >= min(least, top) and m in options}
-        kept = kept or dict(options)
-        cost.append(kept)
+            kept = list(options)
+        else:
+            top = max(shares.values(), default=0.0)
+            kept = [m for m, x in shares.items() if x >= min(least, top) and m in options]
+            kept = kept or list(options)
+        cost.append({m: options[m] for m in kept})
+        if instance.expected:
+            expected.append({m: instance.expected[i][m] for m in kept})
         preference.append(tuple(m for m in order if m in kept))
-    return replace(instance, cost=tuple(cost),
+    return replace(instance, cost=tuple(cost), expected=tuple(expected),
                    preference=tuple(preference) if instance.preference else ())
 
 
