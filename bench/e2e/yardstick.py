@@ -1,5 +1,6 @@
-"""The yardstick of each workload: the exact-window LP lower bound and the clairvoyant
-reference schedule (``llm_router_devkit.yardstick``), and each recorded run against both.
+"""The yardstick of each workload: the exact-window LP lower bound, the clairvoyant
+reference schedule and the reference with costs unknown (``llm_router_devkit.yardstick``),
+and each recorded run against them.
 
     python -m bench.e2e.yardstick bench/results/<stamp>     # the runs of that directory
 
@@ -23,6 +24,12 @@ keeps them (``reference_schedule(..., ordered=True)``: each prompt to the first 
 list with room now, as the router's drain admits it): the plain reference treats a list as
 a set and may send a prompt past its first choice while that has room, which makes it
 faster than any schedule that keeps the order.
+
+The reference with costs unknown (``blind_reference_schedule``, with the LP plan of the
+expected instance) makes the same choices knowing only what a router knows before a call
+answers (each model's mean latency, each prompt's reservation: input + the model's 95th
+percentile of output) and is charged the real draws: a makespan reachable without
+knowing them. Where the workload has ordered lists it is also given with them kept.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.yardstick import (
     Instance,
     Limits,
+    blind_reference_schedule,
     instance_from_profile,
     lp_bound,
     reference_schedule,
@@ -58,13 +66,16 @@ __all__ = ["NOMINAL", "Timing", "Yardstick", "instance_of", "main", "measure", "
 @dataclass(frozen=True)
 class Yardstick:
     """``kept_s``: the reference that keeps the ordered preference lists (None: the
-    workload has none, and it is the reference)."""
+    workload has none, and it is the reference); ``blind_s`` and ``blind_kept_s``: the
+    same two with costs unknown (None: not computed)."""
 
     workload: str
     lp_bound_s: float
     reference_s: float
     seconds: float
     kept_s: float | None = None
+    blind_s: float | None = None
+    blind_kept_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +143,8 @@ def instance_of(workload: Workload, profile: SimulatorProfile,
 
 def measure(name: str, seed: int, time_scale: float, timing: Timing = NOMINAL) -> Yardstick:
     """LP bound and reference makespans of workload ``name`` (seconds from the first call):
-    the reference also with the preferences kept if the workload has ordered lists."""
+    the reference also with the preferences kept if the workload has ordered lists, and
+    both with costs unknown (planned by the LP of the expected instance)."""
     import time
 
     started = time.monotonic()
@@ -142,8 +154,13 @@ def measure(name: str, seed: int, time_scale: float, timing: Timing = NOMINAL) -
     bound = lp_bound(instance)
     reference = reference_schedule(instance, bound.plan)
     kept = reference_schedule(instance, bound.plan, ordered=True) if instance.ordered else None
+    plan = lp_bound(instance.as_expected()).plan
+    blind = blind_reference_schedule(instance, plan)
+    blind_kept = blind_reference_schedule(instance, plan, ordered=True) \
+        if instance.ordered else None
     return Yardstick(name, bound.makespan_s, reference.makespan_s, time.monotonic() - started,
-                     None if kept is None else kept.makespan_s)
+                     None if kept is None else kept.makespan_s, blind.makespan_s,
+                     None if blind_kept is None else blind_kept.makespan_s)
 
 
 def _share(yardstick_s: float, made_s: float, finished: bool) -> str:
@@ -151,20 +168,29 @@ def _share(yardstick_s: float, made_s: float, finished: bool) -> str:
     return f"{yardstick_s / made_s:.0%}" if finished and made_s > 0 else "cut"
 
 
+def _cell(yardstick_s: float | None, made_s: float, finished: bool) -> str:
+    """A yardstick's makespan and the run's share of its speed (-: none)."""
+    return "-" if yardstick_s is None else \
+        f"{yardstick_s:.1f} ({_share(yardstick_s, made_s, finished)})"
+
+
 def _table(runs: Sequence[dict[str, Any]], sticks: Sequence[Yardstick]) -> str:
     lines = ["| workload | LP bound s | reference s | design | makespan s | % of reference "
-             "speed | % of LP bound speed | reference, preferences kept s (% speed) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "speed | % of LP bound speed | reference, preferences kept s (% speed) | "
+             "reference, costs unknown s (% speed) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r, y in zip(runs, sticks, strict=True):
         made = r.get("makespan_s") or 0.0
         finished = r.get("solved") == r.get("tasks")
         flag = " **faster than the LP bound: the bound is wrong**" \
             if finished and 0 < made < y.lp_bound_s else ""
-        kept = "-" if y.kept_s is None else \
-            f"{y.kept_s:.1f} ({_share(y.kept_s, made, finished)})"
+        blind = _cell(y.blind_s, made, finished)
+        if y.blind_kept_s is not None:
+            blind += f"; preferences kept {_cell(y.blind_kept_s, made, finished)}"
         lines.append(f"| {r['workload']} | {y.lp_bound_s:.1f} | {y.reference_s:.1f} | "
                      f"{r['design']} | {made:.1f} | {_share(y.reference_s, made, finished)} | "
-                     f"{_share(y.lp_bound_s, made, finished)}{flag} | {kept} |")
+                     f"{_share(y.lp_bound_s, made, finished)}{flag} | "
+                     f"{_cell(y.kept_s, made, finished)} | {blind} |")
     return "\n".join(lines)
 
 
@@ -192,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             change = "" if timing.change_s is None else f", change at {timing.change_s:.2f} s"
             kept = "" if y.kept_s is None else \
                 f", reference with preferences kept {y.kept_s:.1f} s"
+            if y.blind_s is not None:
+                kept += f", reference with costs unknown {y.blind_s:.1f} s"
+            if y.blind_kept_s is not None:
+                kept += f" ({y.blind_kept_s:.1f} s with preferences kept)"
             print(f"{r['workload']} ({r['design']}{change}): LP bound {y.lp_bound_s:.1f} s, "
                   f"reference {y.reference_s:.1f} s{kept} ({y.seconds:.0f} s to compute)",
                   flush=True)

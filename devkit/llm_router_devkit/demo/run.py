@@ -36,7 +36,12 @@ from llm_router_devkit.demo.seed import SeedTask, groups, make_backlog, seed_sto
 from llm_router_devkit.demo.summary import Totals, Yardstick, format_report, model_rows
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
-from llm_router_devkit.yardstick import instance_from_profile, lp_bound, reference_schedule
+from llm_router_devkit.yardstick import (
+    blind_reference_schedule,
+    instance_from_profile,
+    lp_bound,
+    reference_schedule,
+)
 
 __all__ = ["DemoOptions", "run"]
 
@@ -193,7 +198,8 @@ def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
 
 def yardstick(profile: SimulatorProfile, backlog: Sequence[SeedTask]) -> Yardstick:
     """The LP bound and the reference schedule of this backlog (see ``yardstick/``), and,
-    when some prompts carry an ordered preference list, the reference that keeps it."""
+    when some prompts carry an ordered preference list, the reference that keeps it; and
+    the reference with costs unknown (keeping the lists, as the router does)."""
     started = time.monotonic()
     instance = instance_from_profile(profile, [t.prompt for t in backlog],
                                      [t.allowed_models for t in backlog], ordered=True)
@@ -202,8 +208,11 @@ def yardstick(profile: SimulatorProfile, backlog: Sequence[SeedTask]) -> Yardsti
     kept = None
     if any(t.allowed_models for t in backlog):
         kept = reference_schedule(instance, bound.plan, ordered=True).makespan_s
+    blind = blind_reference_schedule(instance, lp_bound(instance.as_expected()).plan,
+                                     ordered=True)
     return Yardstick(lp_bound_s=bound.makespan_s, reference_s=reference.makespan_s,
-                     seconds=time.monotonic() - started, kept_s=kept)
+                     seconds=time.monotonic() - started, kept_s=kept,
+                     blind_s=blind.makespan_s)
 
 
 def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[str, float, float]:

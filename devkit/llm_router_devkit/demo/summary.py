@@ -142,6 +142,9 @@ class Yardstick:
     #: the reference with ordered preference lists kept (a listed prompt goes to the first
     #: model of its list with room, as the router admits it); None: the backlog has no lists
     kept_s: float | None = None
+    #: the reference with costs unknown (choices on expected costs, charged the draws),
+    #: with the preference lists kept where the backlog has them; None: not computed
+    blind_s: float | None = None
 
 
 def _n(value: float | None, digits: int = 0) -> str:
@@ -254,6 +257,12 @@ def _yardstick_lines(totals: Totals) -> list[str]:
             f"reference with preferences kept: {y.kept_s:.1f} s (the same, but a listed "
             "prompt goes to the first model of its list with room, as the router admits it)")
         lines.append(f"  -> this run: {totals.speed_of(y.kept_s):.0%} of its speed")
+    if y.blind_s is not None:
+        lines.append(
+            f"reference with costs unknown: {y.blind_s:.1f} s (the same choices made on "
+            "expected latencies and reserved tokens, charged the real draws: reachable "
+            "without knowing them)")
+        lines.append(f"  -> this run: {totals.speed_of(y.blind_s):.0%} of its speed")
     if totals.makespan_s and not totals.left and totals.makespan_s < y.lp_bound_s:
         lines.append("  BUG: this run beat the LP lower bound, so the bound is wrong; "
                      "please report it")

@@ -99,6 +99,11 @@ def test_report_judges_the_run_against_the_yardstick() -> None:
     text = format_report(rows, kept, violations=0)
     assert "reference with preferences kept: 36.0 s" in text
     assert "this run: 90% of its speed" in text
+    assert "costs unknown" not in text
+    blind = replace(kept, yardstick=replace(kept.yardstick, blind_s=50.0))
+    text = format_report(rows, blind, violations=0)
+    assert "reference with costs unknown: 50.0 s" in text
+    assert "this run: 125% of its speed" in text  # a run can beat a non-clairvoyant policy
 
 
 def test_report_says_why_a_token_window_went_over() -> None:
