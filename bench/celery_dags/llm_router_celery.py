@@ -27,6 +27,9 @@ SETTINGS = {
     "claim_batch": int(os.environ.get("LLMR_CELERY_CLAIM_BATCH", "50")),
     "time_budget_s": 600.0,
     "linger_s": 0.0,
+    # no hedging: the run counts every backend call beyond one per task as a call repeated
+    # after the kill, and a hedge is one more call on purpose
+    "hedge_late_calls": False,
 }
 
 with DAG(dag_id="llm_router_celery", schedule=None, catchup=False, max_active_runs=1,
