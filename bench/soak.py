@@ -98,8 +98,11 @@ def _drain(schema: str, worker_id: str, seconds: float) -> DrainTrigger:
     return DrainTrigger(
         store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
         worker_id=worker_id,
+        # no hedging: "none twice" counts every answer beyond one per task as paid twice
+        # by a kill, and a hedge is one more call on purpose
         settings={"claim_ttl_s": CLAIM_TTL_S, "claim_batch": 200, "max_in_flight": 200,
-                  "backoff_s": 0.05, "max_errors": 10, "progress_every_s": 30},
+                  "backoff_s": 0.05, "max_errors": 10, "progress_every_s": 30,
+                  "hedge_late_calls": False},
         router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
         deadline=time.time() + seconds)
 
