@@ -4,6 +4,10 @@ For each prompt: wait for admission (batched, woken by releases), call the backe
 admitted model, settle the lease with the actual usage and outcome, and retry what a retry
 can fix — a 429 on the next admissible model (the engine cools the model down for everyone),
 a 5xx or timeout after a backoff. Live leases are heartbeated together, not one task each.
+
+One module for now (over 350 lines): the Solver's per-prompt steps (attempts, call, hedge,
+settle) share its state; the helper loops (heartbeats, progress, closing) are the part to
+move out next, into their own module.
 """
 
 from __future__ import annotations
