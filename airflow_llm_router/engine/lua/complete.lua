@@ -199,7 +199,10 @@ for _, m in ipairs(models) do
     local q = quota_of(m)
     return q and q.lat and q.lat * 1000 or nil
   end)
-  observe_p95(K_OBS(m), K_EST, m, outputs, recompute)
+  observe_p95(K_OBS(m), K_EST, m, outputs, recompute, function()
+    local q = quota_of(m)
+    return q and q.oprior or nil
+  end)
   for _, kind in ipairs(kind_names) do kind_observe(m, kind, kinds[kind].o, kinds[kind].l) end
   provider_said(m, batch)
   history_outcomes(m, batch, out)

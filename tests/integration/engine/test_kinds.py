@@ -141,6 +141,23 @@ def test_before_a_models_first_answer_four_estimated_calls_go(router: RouterClie
     assert isinstance(router.admit(input_tokens=10, models=["b"]), Admission)
 
 
+def test_a_models_first_short_answers_do_not_undercut_its_prior(router: RouterClient) -> None:
+    """The first answers to come back are the short ones (a long answer is still being
+    written): until 16 have settled, the model's estimate is never below the quota's prior,
+    so a burst admitted on the first few does not overrun the token window when its long
+    answers settle. Then the model's own percentile decides, below the prior too."""
+    router.set_quota("a", {**BIG, "expected_output_tokens": 500})
+    _calls(router, None, [100] * 15)
+    assert router.stats().models["a"].output_estimate == 500
+    assert _reserved(router, None) == 500
+    _calls(router, None, [100])
+    assert router.stats().models["a"].output_estimate == 100
+    # longer answers than the prior raise the estimate at once
+    router.set_quota("b", {**BIG, "expected_output_tokens": 50})
+    _calls(router, None, [400], model="b")
+    assert router.stats().models["b"].output_estimate == 400
+
+
 def test_the_advice_weighs_the_backlogs_kinds_with_what_was_learned(
         router: RouterClient) -> None:
     router.set_quota("a", {**BIG, "expected_output_tokens": 500})

@@ -71,9 +71,19 @@ local function observe_excess(m, excess)
   observe_ewma(K_EST, m .. '|xs', excess, EXCESS_ALPHA, 0)
 end
 
+-- A model's percentile is trusted alone after this many outputs; before, the estimate is
+-- the larger of it and the quota's prior (expected_output_tokens). The first answers to
+-- come back are the short ones (a long answer is still being written when they arrive),
+-- so a percentile of the first few is low, and a burst admitted on it overruns the token
+-- window once its long answers settle: the provider, counting their real tokens, refuses
+-- a call the router had room for.
+local OUTPUT_TRUST = 16
+
 -- Push `outputs` to the list `key` (kept to about OBSERVED) and, if `recompute`, store its
--- 95th percentile in h[f] (the sort is the costly part: callers recompute on a cadence).
-local function observe_p95(key, h, f, outputs, recompute)
+-- 95th percentile in h[f] (the sort is the costly part: callers recompute on a cadence),
+-- never below `prior()` (the quota's prior, or nil; called only then) while fewer than
+-- OUTPUT_TRUST were seen.
+local function observe_p95(key, h, f, outputs, recompute, prior)
   if #outputs == 0 then return end
   if redis.call('LPUSH', key, unpack(outputs)) > OBSERVED + 16 then  -- trimmed every ~16
     redis.call('LTRIM', key, 0, OBSERVED - 1)
@@ -82,7 +92,10 @@ local function observe_p95(key, h, f, outputs, recompute)
   local seen = redis.call('LRANGE', key, 0, OBSERVED - 1)
   for k = 1, #seen do seen[k] = tonumber(seen[k]) end
   table.sort(seen)
-  redis.call('HSET', h, f, seen[math.max(1, math.ceil(#seen * 0.95))])
+  local p95 = seen[math.max(1, math.ceil(#seen * 0.95))]
+  local floor = prior and #seen < OUTPUT_TRUST and prior()
+  if floor then p95 = math.max(p95, floor) end
+  redis.call('HSET', h, f, p95)
 end
 
 -- After kind `new` first appears on model m: forget kinds unseen for KIND_TTL and, while
