@@ -1,0 +1,198 @@
+"""A workload's drain without Airflow: the routing alone, about a minute a run.
+
+``python -m bench.e2e`` measures the product as deployed (scheduler, triggerer, mapped
+solvers), two to three minutes a run with as much again of spread between runs. To compare
+two versions of the routing, that is too slow to repeat enough. This runs the same
+workload (W1-W4's initial backlog, ``bench/e2e/workloads.py``) through ``--drains``
+``DrainTrigger`` s in one process, on a private Redis, the simulator (its own process) and
+a schema of its own, as many times as asked, and prints per run:
+
+- the makespan from the first call the backend received to the last answer (the drains'
+  start-up, a second or two, left out: the yardstick's reference starts at its first send);
+- the backend's 429s by model and reason (its own counters);
+- each model's calls per window (from the backend's timeline), against its rpm.
+
+The router's settings are the benchmarks' (``wait_for_faster``). ``--root`` runs another
+checkout's provider (``git worktree add /tmp/base main``), so two versions can be
+interleaved run by run on the same machine: the spread between runs is the larger effect
+on a shared machine. Results: ``bench/results/<UTC time>-direct/runs.json``.
+
+    python -m bench.direct --workload W1 --runs 4
+    python -m bench.direct --runs 4 --root /tmp/base   # the other version, interleave them
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # after PYTHONPATH: a --root run's checkout comes first
+    sys.path.append(str(ROOT))
+
+from bench.common import DEFAULT_DSN, drain_once, guarded, private_services, results_dir  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+#: Bucket of the backend's timeline used to find the first call (s).
+FIRST_CALL_BUCKET_S = 0.05
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.direct", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=("W1", "W2", "W3", "W4"), default="W1")
+    p.add_argument("--runs", type=int, default=1, help="runs, one after another")
+    p.add_argument("--drains", type=int, default=2, help="DrainTriggers in the process")
+    p.add_argument("--in-flight", type=int, default=400, help="each drain's max_in_flight")
+    p.add_argument("--no-hedge", action="store_true", help="hedge_late_calls off")
+    p.add_argument("--time-scale", type=float, default=3.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--postgres-dsn", default=DEFAULT_DSN)
+    p.add_argument("--root", type=Path,
+                   help="a checkout whose provider to run (default: this one)")
+    p.add_argument("--timeout-s", type=float, default=600.0, help="each run's limit")
+    return p
+
+
+def one_run(args: argparse.Namespace) -> dict[str, Any]:
+    """One drain of the workload on fresh services; its figures."""
+    import httpx
+
+    from airflow_llm_router.engine.client import RouterClient
+    from airflow_llm_router.engine.types import RouterSettings
+    from airflow_llm_router.quotas import QuotaStore
+    from bench.e2e.workloads import build
+    from llm_router_devkit.demo.router_quotas import router_quotas
+    from llm_router_devkit.demo.seed import seed_store
+    from llm_router_devkit.simulator import SimulatorProfile
+
+    profile = SimulatorProfile.default(time_scale=args.time_scale, seed=args.seed)
+    workload = build(args.workload, args.seed, [m.name for m in profile.models])
+    suffix = uuid.uuid4().hex[:8]
+    schema, namespace = f"llmr_direct_{suffix}", f"direct-{suffix}"
+    with ExitStack() as stack:
+        redis_server, sim, store = private_services(stack, args.postgres_dsn, schema, profile)
+        os.environ.update({
+            "AIRFLOW_CONN_LLM_ROUTER_DEFAULT": json.dumps(
+                {"conn_type": "llm_router", "host": "127.0.0.1", "port": redis_server.port,
+                 "extra": {"namespace": namespace, "quota_schema": schema,
+                           "wait_for_faster": True}}),
+            "AIRFLOW_CONN_POSTGRES_DEFAULT": args.postgres_dsn,
+            "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(
+                {"conn_type": "models_backend", "host": sim.url, "extra": {"timeout_s": 300}}),
+        })
+        store.migrate()
+        router = RouterClient.from_url(redis_server.url, RouterSettings(namespace=namespace))
+        stack.callback(router.close)
+        quotas = QuotaStore(args.postgres_dsn, router, schema=schema)
+        quotas.migrate()
+        for model, quota in router_quotas(profile).items():
+            quotas.put(model, quota, actor="bench.direct")
+        seed_store(store, workload.initial)
+        with httpx.Client(base_url=sim.url, timeout=60) as http:
+            http.post("/stats/reset").raise_for_status()
+            started = time.monotonic()
+
+            async def drains() -> list[dict[str, Any]]:
+                return await asyncio.gather(*[
+                    drain_once(schema, f"direct-{k}", timeout_s=args.timeout_s,
+                               max_in_flight=args.in_flight,
+                               hedge_late_calls=not args.no_hedge)
+                    for k in range(args.drains)])
+
+            events = asyncio.run(drains())
+            ended = time.monotonic() - started
+            stats = http.get("/stats").json()
+            fine = http.get("/timeline", params={"bucket_s": FIRST_CALL_BUCKET_S}).json()
+            window = http.get("/timeline", params={"bucket_s": profile.scaled_window_s}).json()
+        counts = store.counts()
+    first = min((k for m in fine["models"].values() for k, n in enumerate(m["requests"]) if n),
+                default=0) * FIRST_CALL_BUCKET_S
+    violations = {m: {r: n for r, n in (v.get("violations") or {}).items()
+                      if n and r != "total"}
+                  for m, v in stats["models"].items()}
+    return {
+        "makespan_s": round(ended - first, 2), "wall_s": round(ended, 2),
+        "first_call_s": round(first, 2), "counts": counts,
+        "rejected_429": stats["totals"]["rejected_429"],
+        "violations": {m: v for m, v in violations.items() if v},
+        "calls_per_window": {m: v["requests"] for m, v in window["models"].items()
+                             if any(v["requests"])},
+        "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in events),
+        "events": [e.get("status") for e in events],
+    }
+
+
+def _child(args: argparse.Namespace) -> dict[str, Any]:
+    """One run in a child process whose provider (and devkit, and benchmark helpers) are
+    ``--root``'s: run as a script, so that checkout comes first on its path."""
+    root = args.root.resolve()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "devkit")])}
+    child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child",
+                              *sys.argv[1:]], env=env, cwd=root, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = child.communicate()
+    except BaseException:
+        # Ctrl-C or SIGTERM here: the child stops its own services (Redis, simulator,
+        # schema) on SIGINT; killing it outright would leave them running
+        child.send_signal(signal.SIGINT)
+        child.communicate(timeout=120)
+        raise
+    for line in stdout.splitlines():
+        if line.startswith("RUN "):
+            return dict(json.loads(line[4:]))
+    tail = (stderr.strip().splitlines() or ["no output"])[-1]
+    raise RuntimeError(f"the run on {args.root} failed: {tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    child = "--child" in argv
+    args = _parser().parse_args([a for a in argv if a != "--child"])
+    if args.runs < 1 or args.drains < 1 or args.in_flight < 1:
+        print("error: --runs, --drains and --in-flight must be at least 1", file=sys.stderr)
+        return 2
+
+    def body() -> int:
+        if child:
+            import airflow_llm_router
+
+            run = one_run(args)
+            run["provider"] = str(Path(airflow_llm_router.__file__).parent)
+            print("RUN " + json.dumps(run), flush=True)
+            return 0
+        out, command, when = results_dir(RESULTS, "direct", "bench.direct", argv)
+        runs = []
+        for k in range(args.runs):
+            run = _child(args) if args.root else one_run(args)
+            runs.append(run)
+            print(f"run {k + 1}: makespan {run['makespan_s']} s from the first call "
+                  f"(wall {run['wall_s']} s), 429s {run['rejected_429']} "
+                  f"{run['violations'] or ''}, hedged {run['hedged']}", flush=True)
+        spans = [r["makespan_s"] for r in runs]
+        print(f"{args.workload}: median {statistics.median(spans)} s over {len(spans)} runs "
+              f"({', '.join(map(str, spans))}); runs with a 429: "
+              f"{sum(1 for r in runs if r['rejected_429'])}")
+        (out / "runs.json").write_text(json.dumps(
+            {"command": command, "when": when, "root": str(args.root or ROOT),
+             "runs": runs}, indent=1))
+        print(f"wrote {out / 'runs.json'}")
+        return 0
+
+    return guarded(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
