@@ -164,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.drains < 1 or args.in_flight < 1:
         print("error: --runs, --drains and --in-flight must be at least 1", file=sys.stderr)
         return 2
+    if args.root and not (args.root / "airflow_llm_router" / "__init__.py").is_file():
+        print(f"error: --root {args.root}: not a checkout of this project (no "
+              "airflow_llm_router/ in it)", file=sys.stderr)
+        return 2
 
     def body() -> int:
         if child:
@@ -173,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
             run["provider"] = str(Path(airflow_llm_router.__file__).parent)
             print("RUN " + json.dumps(run), flush=True)
             return 0
-        out, command, when = results_dir(RESULTS, "direct", "bench.direct", argv)
         runs = []
         for k in range(args.runs):
             run = _child(args) if args.root else one_run(args)
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.workload}: median {statistics.median(spans)} s over {len(spans)} runs "
               f"({', '.join(map(str, spans))}); runs with a 429: "
               f"{sum(1 for r in runs if r['rejected_429'])}")
+        out, command, when = results_dir(RESULTS, "direct", "bench.direct", argv)
         (out / "runs.json").write_text(json.dumps(
             {"command": command, "when": when, "root": str(args.root or ROOT),
              "runs": runs}, indent=1))
