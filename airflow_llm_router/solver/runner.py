@@ -5,9 +5,9 @@ admitted model, settle the lease with the actual usage and outcome, and retry wh
 can fix — a 429 on the next admissible model (the engine cools the model down for everyone),
 a 5xx or timeout after a backoff. Live leases are heartbeated together, not one task each.
 
-One module for now (over 350 lines): the Solver's per-prompt steps (attempts, call, hedge,
-settle) share its state; the helper loops (heartbeats, progress, closing) are the part to
-move out next, into their own module.
+The Solver's per-prompt steps (attempts, call, hedge, settle) share its state, so they stay
+in one module; the loops that run beside them (heartbeats, progress, stopping) are in
+:mod:`airflow_llm_router.solver.upkeep`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from airflow_llm_router import metrics
@@ -39,6 +39,7 @@ from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
 from airflow_llm_router.solver.settings import SolveSettings
+from airflow_llm_router.solver.upkeep import Progress, keep_alive, report, stop_helpers
 from airflow_llm_router.tokens import count_input_tokens
 
 __all__ = ["Solver", "solve_items", "solving"]
@@ -49,23 +50,12 @@ log = logging.getLogger(__name__)
 MODEL_NAMES_TTL_S = 10.0
 
 
-@dataclass
-class _Progress:
-    total: int
-    done: int = 0
-    solved: int = 0
-    calling: int = 0
-    #: hedges sent (second calls for a prompt whose first call ran late)
-    hedged: int = 0
-    live: set[str] = field(default_factory=set)
-
-
 class Solver:
     """Solves prompts one by one, many at once; see :func:`solving`."""
 
     def __init__(self, router: AsyncRouterClient, http: BackendHttp,
                  backend: BackendConfig, settings: SolveSettings, deadline: float,
-                 admitter: BatchAdmitter, progress: _Progress, outage: RedisOutage) -> None:
+                 admitter: BatchAdmitter, progress: Progress, outage: RedisOutage) -> None:
         self.router, self.http, self.backend = router, http, backend
         self.settings, self.deadline = settings, deadline
         self.admitter, self.progress = admitter, progress
@@ -315,72 +305,6 @@ class Solver:
                       exc_info=not isinstance(err, REDIS_DOWN))
 
 
-async def _keep_alive(router: AsyncRouterClient, progress: _Progress) -> None:
-    """Heartbeat every live lease together, a third of the lease TTL apart; never ends
-    before it is cancelled (a lease that misses its heartbeats only expires: its slot
-    frees, its call goes on, which no error here is worth ending a drain for). A heartbeat
-    lost to a Redis outage is simply tried again next time. Any other error is logged with
-    its traceback and the leases are heartbeated one by one, so one bad lease (a damaged
-    key) does not let the others expire."""
-    every = router.settings.lease_ttl_s / 3
-    while True:
-        await asyncio.sleep(every)
-        if progress.live:
-            await _heartbeat(router, list(progress.live), every)
-
-
-async def _heartbeat(router: AsyncRouterClient, leases: list[str], every: float) -> None:
-    """One round of :func:`_keep_alive`: every lease in one call; if that fails other than
-    by a Redis outage, each lease alone. Never raises but for cancellation."""
-    rounds = [leases]
-    while rounds:
-        batch = rounds.pop(0)
-        try:
-            await router.heartbeat_many(batch)
-        except REDIS_DOWN as err:
-            log.warning("lease heartbeat failed (%s); trying again in %.1f s",
-                        type(err).__name__, every)
-            return
-        except Exception as err:
-            if len(batch) > 1:
-                log.exception("lease heartbeat of %d leases failed (%r); heartbeating each "
-                              "alone", len(batch), err)
-                rounds = [[lease_id] for lease_id in batch]
-            else:
-                log.exception("lease %s: heartbeat failed (%r); trying again in %.1f s",
-                              batch[0], err, every)
-
-
-async def _report(router: AsyncRouterClient, progress: _Progress, every_s: float) -> None:
-    """Log progress and send the usage gauges (see :mod:`airflow_llm_router.metrics`)."""
-    while True:
-        await asyncio.sleep(every_s)
-        log.info("solving: %d/%d done (%d solved), %d calls in flight, %d waiting",
-                 progress.done, progress.total, progress.solved, progress.calling,
-                 progress.total - progress.done - progress.calling)
-        try:
-            metrics.usage(await router.stats())
-        except Exception:  # gauges are best effort; Redis errors surface in the solving
-            log.debug("could not read the router's stats for the gauges", exc_info=True)
-
-
-#: How long closing a solver waits for a cancelled helper loop to end.
-HELPER_STOP_S = 5.0
-
-
-async def _stop(helpers: list[asyncio.Task[None]]) -> None:
-    """Cancel the helper loops and wait at most HELPER_STOP_S for them: a loop caught in a
-    call that ignores its cancellation (seen once under load: the progress loop went on
-    after its cancellation, and the drain, done with its tasks, never ended) is left
-    behind with a warning rather than holding the solver open for ever."""
-    for task in helpers:
-        task.cancel()
-    _, pending = await asyncio.wait(helpers, timeout=HELPER_STOP_S)
-    for task in pending:
-        log.warning("solver loop %s did not stop within %.0f s of its cancellation; left "
-                    "behind", task.get_name(), HELPER_STOP_S)
-
-
 @contextlib.asynccontextmanager
 async def solving(
     router: AsyncRouterClient,
@@ -394,12 +318,12 @@ async def solving(
 
     :param deadline: epoch seconds after which no new call is started; prompts not yet
         admitted come back ``unfinished`` (a drain's tasks return to the backlog)."""
-    progress = _Progress(total=0)
+    progress = Progress(total=0)
     outage = RedisOutage(settings.redis_outage_s)
     async with BatchAdmitter(router, outage) as admitter:
         solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage)
-        helpers = [asyncio.create_task(_keep_alive(router, progress), name="heartbeats"),
-                   asyncio.create_task(_report(router, progress, settings.progress_every_s),
+        helpers = [asyncio.create_task(keep_alive(router, progress), name="heartbeats"),
+                   asyncio.create_task(report(router, progress, settings.progress_every_s),
                                        name="progress")]
         for task in helpers:
             solver.watch_helper(task)
@@ -410,7 +334,7 @@ async def solving(
             # their leases are left to expire (the provider may still count them)
             for task in list(solver.stragglers):
                 task.cancel()
-            await _stop(helpers)
+            await stop_helpers(helpers)
             await solver.batcher.aclose()
             await solver.stamps.aclose()
             if solver.settling:  # answered calls' leases: settle them before closing

@@ -23,10 +23,11 @@ from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
-from airflow_llm_router.solver import runner
+from airflow_llm_router.solver import runner, upkeep
 from airflow_llm_router.solver.items import SolveItem, SolveResult
-from airflow_llm_router.solver.runner import _keep_alive, _Progress, solve_items, solving
+from airflow_llm_router.solver.runner import solve_items, solving
 from airflow_llm_router.solver.settings import SolveSettings
+from airflow_llm_router.solver.upkeep import Progress, keep_alive
 from airflow_llm_router.tokens import count_input_tokens
 from tests.integration.solver.stub_backend import Reply, serve
 
@@ -147,11 +148,11 @@ async def test_a_heartbeat_that_fails_is_logged_and_the_others_go_on(
         lease = (await router.admit_many([AdmitRequest(10)]))[0]
         assert isinstance(lease, Admission)
         raw.set(keys.model("K_LIVE", "broken"), "not a sorted set")
-        progress = _Progress(total=1, live={lease.lease_id, "broken#1"})
+        progress = Progress(total=1, live={lease.lease_id, "broken#1"})
         live_key = keys.model("K_LIVE", "m")
         expiries = [raw.zscore(live_key, lease.lease_id)]
         caplog.set_level(logging.WARNING)
-        loop = asyncio.create_task(_keep_alive(router, progress))
+        loop = asyncio.create_task(keep_alive(router, progress))
         try:
             deadline = time.monotonic() + 8
             # two rounds of heartbeats, each past the damaged lease (in either order)
@@ -195,8 +196,8 @@ async def test_a_helper_loop_that_ignores_its_cancellation_does_not_hold_the_sol
                 continue  # what the call beneath it did
 
     caplog.set_level(logging.WARNING)
-    monkeypatch.setattr(runner, "_report", stubborn)
-    monkeypatch.setattr(runner, "HELPER_STOP_S", 0.5, raising=False)
+    monkeypatch.setattr(runner, "report", stubborn)
+    monkeypatch.setattr(upkeep, "HELPER_STOP_S", 0.5)
     router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
     config = BackendConfig(base_url="http://127.0.0.1:9", timeout_s=1)
     try:
