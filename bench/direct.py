@@ -10,7 +10,8 @@ a schema of its own, as many times as asked, and prints per run:
 - the makespan from the first call the backend received to the last answer (the drains'
   start-up, a second or two, left out: the yardstick's reference starts at its first send);
 - the backend's 429s by model and reason (its own counters);
-- each model's calls per window (from the backend's timeline), against its rpm.
+- each model's calls per window (from the backend's timeline), against its rpm, and per
+  second in ``runs.json`` (from the backend's reset, the first call's second included).
 
 The router's settings are the benchmarks' (``wait_for_faster``). ``--root`` runs another
 checkout's provider (``git worktree add /tmp/base main``), so two versions can be
@@ -116,6 +117,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             stats = http.get("/stats").json()
             fine = http.get("/timeline", params={"bucket_s": FIRST_CALL_BUCKET_S}).json()
             window = http.get("/timeline", params={"bucket_s": profile.scaled_window_s}).json()
+            second = http.get("/timeline", params={"bucket_s": 1.0}).json()
         counts = store.counts()
     first = min((k for m in fine["models"].values() for k, n in enumerate(m["requests"]) if n),
                 default=0) * FIRST_CALL_BUCKET_S
@@ -128,6 +130,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "rejected_429": stats["totals"]["rejected_429"],
         "violations": {m: v for m, v in violations.items() if v},
         "calls_per_window": {m: v["requests"] for m, v in window["models"].items()
+                             if any(v["requests"])},
+        "calls_per_second": {m: v["requests"] for m, v in second["models"].items()
                              if any(v["requests"])},
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in events),
         "events": [e.get("status") for e in events],
