@@ -87,6 +87,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     schema, namespace = f"llmr_direct_{suffix}", f"direct-{suffix}"
     with ExitStack() as stack:
         redis_server, sim, store = private_services(stack, args.postgres_dsn, schema, profile)
+        # written out, not devkit.demo's connection_env: a --root run imports that
+        # checkout's devkit, which may predate any option added to it since
         os.environ.update({
             "AIRFLOW_CONN_LLM_ROUTER_DEFAULT": json.dumps(
                 {"conn_type": "llm_router", "host": "127.0.0.1", "port": redis_server.port,
@@ -145,13 +147,13 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _child(args: argparse.Namespace) -> dict[str, Any]:
+def _child(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     """One run in a child process whose provider (and devkit, and benchmark helpers) are
     ``--root``'s: run as a script, so that checkout comes first on its path."""
     root = args.root.resolve()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "devkit")])}
     child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child",
-                              *sys.argv[1:]], env=env, cwd=root, stdout=subprocess.PIPE,
+                              *argv], env=env, cwd=root, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = child.communicate()
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         runs = []
         for k in range(args.runs):
-            run = _child(args) if args.root else one_run(args)
+            run = _child(args, argv) if args.root else one_run(args)
             runs.append(run)
             print(f"run {k + 1}: makespan {run['makespan_s']} s from the first call to the "
                   f"last answer (drains returned at {run['wall_s']} s), 429s {run['rejected_429']} "

@@ -3,23 +3,21 @@
 Every operation is a generator that yields the Redis steps it needs (:class:`Script` or
 :class:`Command`) and returns the decoded result. The sync and asyncio clients only run the
 steps (see ``client.py``), so the two can never drift apart. Checking and encoding what
-callers send (requests, completions) lives in ``encoding.py``; ``Completion`` and
-``encode_request`` are re-exported here, where callers have always imported them.
-
-One module (362 lines): each operation is a few lines of one policy object; the reply
-decoding is the part that could move out, beside ``encoding.py``.
+callers send (requests, completions) lives in ``encoding.py``, reading what the scripts
+answer in ``decoding.py``; ``Completion``, ``Decision`` and ``encode_request`` are
+re-exported here, where callers have always imported them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow_llm_router.engine.advice import Advice, advise_from_stats
+from airflow_llm_router.engine.decoding import Decision, complete_status, decode_decision, text
 from airflow_llm_router.engine.encoding import Completion, encode_completion, encode_request
 from airflow_llm_router.engine.history import (
     HISTORY_MODELS_PER_CALL,
@@ -31,23 +29,18 @@ from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_m
 from airflow_llm_router.engine.scripts import model_keys
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import (
-    Admission,
     AdmitRequest,
-    Rejection,
     RouterSettings,
-    Wait,
 )
 from airflow_llm_router.exceptions import ReplicationLagError, RouterError
 
 __all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step", "encode_request"]
 
 T = TypeVar("T")
-Decision = Admission | Wait | Rejection
 
 #: Requests (or completions) per admit (complete) script call: bounds one call's time on the
 #: Redis thread and the arguments of its batched Redis calls.
 ADMIT_CHUNK = 256
-_COMPLETE_STATUS = {0: "unknown", 1: "released", 2: "settled"}
 #: Times a call that may touch every model re-reads the list of models after the script
 #: found one it did not declare (added since), before giving up.
 STALE_RETRIES = 2
@@ -86,16 +79,6 @@ class Command:
 
 
 Step = Generator[Script | Command, Any, T]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _seconds_or_none(ms: Any) -> float | None:
-    """A script's duration in ms as seconds; a negative one means unknown (None)."""
-    value = int(ms)
-    return None if value < 0 else value / 1000
 
 
 def _unique(names: Any) -> tuple[str, ...]:
@@ -141,7 +124,7 @@ class RouterCore:
     def read_models(self) -> Step[tuple[str, ...]]:
         """Re-read the models with a quota (:attr:`models`)."""
         raw = yield Command(("HKEYS", self.keys.router("K_QUOTAS")))
-        self.models = tuple(sorted(_text(m) for m in raw or ()))
+        self.models = tuple(sorted(text(m) for m in raw or ()))
         return self.models
 
     def _any_model(self, call: Callable[[tuple[str, ...]], Step[T]],
@@ -202,7 +185,7 @@ class RouterCore:
 
     def get_quotas(self) -> Step[dict[str, ModelQuota]]:
         raw = yield Command(("HGETALL", self.keys.router("K_QUOTAS")))
-        quotas = {_text(k): ModelQuota.from_redis(v) for k, v in (raw or {}).items()}
+        quotas = {text(k): ModelQuota.from_redis(v) for k, v in (raw or {}).items()}
         return dict(sorted(quotas.items()))
 
     def get_quota(self, model: str) -> Step[ModelQuota | None]:
@@ -231,7 +214,8 @@ class RouterCore:
         for start in range(0, len(requests), ADMIT_CHUNK):
             chunk = requests[start : start + ADMIT_CHUNK]
             reply = yield from self._admit_chunk(chunk)
-            decisions.extend(self._decode(r, d) for r, d in zip(chunk, reply, strict=True))
+            decisions.extend(decode_decision(r, d, self.settings.jitter)
+                             for r, d in zip(chunk, reply, strict=True))
         return decisions
 
     def _admit_chunk(self, chunk: Sequence[AdmitRequest]) -> Step[Any]:
@@ -247,28 +231,7 @@ class RouterCore:
         if all(r.models is not None for r in chunk):
             return (yield from admit(()))
         return (yield from self._any_model(
-            admit, lambda reply: any(_text(d[0]) == "S" for d in reply)))
-
-    def _decode(self, request: AdmitRequest, reply: Sequence[Any]) -> Decision:
-        kind = _text(reply[0])
-        if kind == "A":
-            return Admission(
-                model=_text(reply[1]),
-                lease_id=_text(reply[2]),
-                lease_ttl_s=int(reply[3]) / 1000,
-                request_id=request.request_id,
-                reused=bool(int(reply[4])),
-                late_after_s=_seconds_or_none(reply[5]) if len(reply) > 5 else None,
-            )
-        if kind == "W":
-            stretch = 1 + random.uniform(0, self.settings.jitter)
-            return Wait(
-                retry_after_ms=max(1, math.ceil(int(reply[1]) * stretch)),
-                reason=_text(reply[2]),
-                request_id=request.request_id,
-            )
-        return Rejection(reason=_text(reply[1]), detail=_text(reply[2]),
-                         request_id=request.request_id)
+            admit, lambda reply: any(text(d[0]) == "S" for d in reply)))
 
     def heartbeat_many(self, lease_ids: Sequence[str]) -> Step[list[float | None]]:
         if not lease_ids:
@@ -286,7 +249,7 @@ class RouterCore:
             chunk = completions[start : start + ADMIT_CHUNK]
             reply = yield Script("complete", items=tuple(encode_completion(c) for c in chunk),
                                  models=_lease_models([c.lease_id for c in chunk]))
-            statuses.extend(_COMPLETE_STATUS[int(x)] for x in reply)
+            statuses.extend(complete_status(x) for x in reply)
         return statuses
 
     def mark_sent(self, lease_ids: Sequence[str],
@@ -322,7 +285,7 @@ class RouterCore:
     def stats(self, models: Sequence[str] | None = None) -> Step[RouterStats]:
         def read(names: tuple[str, ...], arg: str) -> Step[Any]:
             reply = yield Script("stats", (arg,), models=names)
-            return json.loads(_text(reply))
+            return json.loads(text(reply))
 
         if models:
             names = _unique(models)

@@ -17,8 +17,7 @@ from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.solver.outage import REDIS_DOWN
 
-__all__ = ["HELPER_STOP_S", "Progress", "heartbeat_round", "keep_alive", "report",
-           "stop_helpers"]
+__all__ = ["HELPER_STOP_S", "Progress", "keep_alive", "report", "stop_helpers"]
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,6 @@ class Progress:
     live: set[str] = field(default_factory=set)
 
 
-
 async def keep_alive(router: AsyncRouterClient, progress: Progress) -> None:
     """Heartbeat every live lease together, a third of the lease TTL apart; never ends
     before it is cancelled (a lease that misses its heartbeats only expires: its slot
@@ -49,10 +47,10 @@ async def keep_alive(router: AsyncRouterClient, progress: Progress) -> None:
     while True:
         await asyncio.sleep(every)
         if progress.live:
-            await heartbeat_round(router, list(progress.live), every)
+            await _heartbeat_round(router, list(progress.live), every)
 
 
-async def heartbeat_round(router: AsyncRouterClient, leases: list[str], every: float) -> None:
+async def _heartbeat_round(router: AsyncRouterClient, leases: list[str], every: float) -> None:
     """One round of :func:`keep_alive`: every lease in one call; if that fails other than
     by a Redis outage, each lease alone. Never raises but for cancellation."""
     rounds = [leases]
