@@ -11,6 +11,8 @@ a schema of its own, as many times as asked, and prints per run:
   store (the drains' start-up, a second or two, and their closing left out: the
   yardstick's reference starts at its first send and ends at its last answer);
 - the backend's 429s by model and reason (its own counters);
+- the last answers: each one's model, when its call was sent and how long it took (the
+  prompt's drawn latency there), to see what ended the run;
 - each model's calls per window (from the backend's timeline), against its rpm, and per
   second in ``runs.json`` (from the backend's reset, the first call's second included).
 
@@ -48,6 +50,8 @@ from bench.common import DEFAULT_DSN, drain_once, guarded, private_services, res
 RESULTS = ROOT / "bench" / "results"
 #: Bucket of the backend's timeline used to find the first call (s).
 FIRST_CALL_BUCKET_S = 0.05
+#: How many of the last answers a run reports (``ending``).
+ENDING = 8
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,16 +129,19 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             second = http.get("/timeline", params={"bucket_s": 1.0}).json()
         counts = store.counts()
         with psycopg.connect(args.postgres_dsn) as conn:
-            row = conn.execute(sql.SQL("SELECT extract(epoch FROM max(solved_at)) FROM {}")
-                               .format(sql.Identifier(schema, "tasks"))).fetchone()
-        last_answer = float(row[0]) - started if row and row[0] is not None else ended
+            last = conn.execute(
+                sql.SQL("SELECT extract(epoch FROM solved_at), model, prompt FROM {} "
+                        "WHERE status = 'solved' ORDER BY solved_at DESC LIMIT %s")
+                .format(sql.Identifier(schema, "tasks")), (ENDING,)).fetchall()
+        last_answer = float(last[0][0]) - started if last else ended
     first = min((k for m in fine["models"].values() for k, n in enumerate(m["requests"]) if n),
                 default=0) * FIRST_CALL_BUCKET_S
     violations = {m: {r: n for r, n in (v.get("violations") or {}).items()
                       if n and r != "total"}
                   for m, v in stats["models"].items()}
     return {
-        "makespan_s": round(last_answer - first, 2), "wall_s": round(ended, 2),
+        "makespan_s": round(last_answer - first, 2),
+        "ending": _ending(profile, last, started + first), "wall_s": round(ended, 2),
         "first_call_s": round(first, 2), "counts": counts,
         "rejected_429": stats["totals"]["rejected_429"],
         "violations": {m: v for m, v in violations.items() if v},
@@ -145,6 +152,24 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in events),
         "events": [e.get("status") for e in events],
     }
+
+
+def _ending(profile: Any, last: list[tuple[Any, str, str]], zero: float
+            ) -> list[dict[str, Any]]:
+    """The last answers, latest first: each one's model, when its call was sent (its
+    answer's time less the prompt's drawn latency on that model) and that latency, in
+    seconds from the first call: which calls ended the run, and whether a faster model
+    could have had them."""
+    from llm_router_devkit.simulator.workload import draw
+
+    specs = {m.name: m for m in profile.models}
+    scale = profile.slowdown / profile.time_scale
+    rows = []
+    for at, model, prompt in last:
+        latency = draw(profile, specs[model], prompt).latency_s * scale
+        rows.append({"model": model, "sent_s": round(float(at) - zero - latency, 2),
+                     "latency_s": round(latency, 2)})
+    return rows
 
 
 def _child(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
@@ -197,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {k + 1}: makespan {run['makespan_s']} s from the first call to the "
                   f"last answer (drains returned at {run['wall_s']} s), 429s {run['rejected_429']} "
                   f"{run['violations'] or ''}, hedged {run['hedged']}", flush=True)
+            if run.get("ending"):  # an older --root checkout does not report it
+                print("  last answers: " + "; ".join(
+                    f"{e['model']} sent {e['sent_s']} s, took {e['latency_s']} s"
+                    for e in run["ending"][:4]), flush=True)
         spans = [r["makespan_s"] for r in runs]
         print(f"{args.workload}: median {statistics.median(spans)} s over {len(spans)} runs "
               f"({', '.join(map(str, spans))}); runs with a 429: "
