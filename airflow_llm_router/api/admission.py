@@ -141,6 +141,10 @@ class CompleteBody(BaseModel):
         "seconds from sending the /schedule that admitted this lease to the backend "
         "receiving the call (its x-received-ms header, if it sends one; else when you sent "
         "the call): the engine widens the model's guard to cover this HTTP hop"))
+    latency_s: float | None = Field(None, ge=0, le=86_400, allow_inf_nan=False, description=(
+        "with outcome ok, how long the call took from your send to its answer: the model's "
+        "learned latency takes it (omitted: the time from the admission to this "
+        "/complete, which also counts your waits before and after the call)"))
 
 
 class Completed(BaseModel):
@@ -225,7 +229,7 @@ async def complete(body: CompleteBody, _: Writer, router_client: Client) -> Comp
     done = await router_client.complete_many([Completion(
         body.lease_id, usage.input_tokens if usage else None,
         usage.output_tokens if usage else None, body.outcome, body.retry_after_s,
-        arrival_delay_s=body.arrival_delay_s)])
+        arrival_delay_s=body.arrival_delay_s, latency_s=body.latency_s)])
     if done[0] == "unknown":
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"lease {body.lease_id!r} is unknown: it never existed, or its "

@@ -262,9 +262,13 @@ class RouterAPI:
         output_tokens: int | None = None,
         outcome: Outcome = "ok",
         retry_after_s: float | None = None,
+        latency_s: float | None = None,
     ) -> Steps[str]:
-        """Free the lease's slot, settle actual tokens, and report how the call went."""
-        done = Completion(lease_id, input_tokens, output_tokens, outcome, retry_after_s)
+        """Free the lease's slot, settle actual tokens, and report how the call went
+        (``latency_s``: an ``ok`` call's, from its send to its answer; see
+        :class:`Completion`)."""
+        done = Completion(lease_id, input_tokens, output_tokens, outcome, retry_after_s,
+                          latency_s=latency_s)
         statuses = yield from self.core.complete_many([done])
         return statuses[0]
 

@@ -44,6 +44,11 @@ class Completion:
         needed.
     :param announced_rpm: the backend's stated request limit per window (rate-limit
         headers); caps the effective limit while stated. ``announced_tpm``: its tokens.
+    :param latency_s: how long an ``ok`` call took, from its send to its answer, by the
+        caller's clock. The model's learned latency takes it instead of the time from the
+        admission to this settlement, which also counts the waits to send the call and to
+        settle it: in a burst of hundreds of calls those are seconds, and they are the
+        burst's, not the model's (docs/engine.md, "Finish-time choice").
     """
 
     lease_id: str
@@ -55,6 +60,7 @@ class Completion:
     hold_s: float | None = None
     announced_rpm: int | None = None
     announced_tpm: int | None = None
+    latency_s: float | None = None
 
 
 def encode_request(r: AdmitRequest) -> list[Any]:
@@ -127,6 +133,10 @@ def encode_completion(c: Completion) -> list[Any]:
         # into the same script call
         if value is not None and (not whole_number(value) or value < 0):
             raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
+    lat = c.latency_s
+    if lat is not None and (isinstance(lat, bool) or not isinstance(lat, int | float)
+                            or not 0 <= lat < math.inf):
+        raise ValueError(f"latency_s: {lat!r} must be a number of seconds >= 0 or None")
     known = c.input_tokens is not None and c.output_tokens is not None
     retry_ms = 0 if c.retry_after_s is None else max(0, math.ceil(c.retry_after_s * 1000))
     item = [
@@ -141,7 +151,8 @@ def encode_completion(c: Completion) -> list[Any]:
         0 if c.hold_s is None else max(0, math.ceil(c.hold_s * 1000)),
         -1 if c.announced_rpm is None else max(0, int(c.announced_rpm)),
         -1 if c.announced_tpm is None else max(0, int(c.announced_tpm)),
+        -1 if lat is None else round(lat * 1000),
     )
-    if said != (-1, 0, -1, -1):
+    if said != (-1, 0, -1, -1, -1):
         item.extend(said)
     return item

@@ -49,8 +49,10 @@ ROUTER_KEYS: dict[str, str] = {
     #        window has not passed since is admitted at the recovery share
     "K_RECOVER": "recover",
     # HASH model -> learned output tokens per call (P95 of recent);
-    #      "<model>|lat" -> learned latency per call, ms (EWMA of released 'ok' calls)
-    #      "<model>|latd" -> its mean deviation, ms (EWMA of |latency - mean|)
+    #      "<model>|lat" -> learned latency per call, ms (mean of released 'ok' calls,
+    #      each weighted by how recent it is: lib/kinds.lua)
+    #      "<model>|latd" -> its mean deviation, ms (mean of |latency - mean|, same weights)
+    #      "<model>|latw", "<model>|latt" -> the weight of the calls in them, and as of when
     "K_EST": "estimates",
     # HASH spend per budget period of each priced model and of the router-wide total ('*'):
     #      "<owner>|s|c|r" current period start ms, committed and reserved micro-dollars,

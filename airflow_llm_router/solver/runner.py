@@ -263,7 +263,8 @@ class Solver:
                           result.retry_after_s, arrival_delay_s=result.arrival_delay_s,
                           hold_s=said.hold_s if said else None,
                           announced_rpm=said.limit_requests if said else None,
-                          announced_tpm=said.limit_tokens if said else None)
+                          announced_tpm=said.limit_tokens if said else None,
+                          latency_s=result.latency_s if outcome == "ok" else None)
         if outcome == "ok":
             # The answer goes back to the caller (and into the store) now, whatever Redis
             # does: settling its lease is bookkeeping, retried through an outage.

@@ -79,7 +79,8 @@ for k, it in ipairs(items) do
     end
     local b = by_model[m]
     b[#b + 1] = {lid, it[2], it[3], it[4], it[5], k, tonumber(it[6]) or -1,
-                 tonumber(it[7]) or 0, tonumber(it[8]) or -1, tonumber(it[9]) or -1}
+                 tonumber(it[7]) or 0, tonumber(it[8]) or -1, tonumber(it[9]) or -1,
+                 tonumber(it[10]) or -1}
   end
 end
 
@@ -184,7 +185,10 @@ for _, m in ipairs(models) do
         kind_names[#kind_names + 1] = rec.k
       end
       if rec and rec.t then
-        local ms = math.max(0, NOW - rec.t)
+        -- the caller's measure leaves out its waits to send and to settle the call, which
+        -- in a burst are seconds (Completion.latency_s)
+        local ms = it[11]
+        if ms < 0 then ms = math.max(0, NOW - rec.t) end
         if c <= 16 or c % 4 == 0 then latencies[#latencies + 1] = ms end
         if kd then kd.l[#kd.l + 1] = ms end
       end

@@ -9,8 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.keys import RouterKeys
 from tests.integration.api.conftest import MakeApi
 from tests.integration.engine.admitting import first_admission
 
@@ -298,6 +300,21 @@ async def test_a_reported_http_hop_widens_the_models_guard(api: httpx.AsyncClien
     assert done.json()["status"] == "released"
     stats = engine.stats().models["m"]
     assert stats.guard_ms >= 1.25 * 400 and stats.counters["guard_widened"] == 1
+
+
+async def test_a_reported_latency_is_what_the_model_learns(
+        api: httpx.AsyncClient, engine: RouterClient, redis_url: str, namespace: str) -> None:
+    engine.set_quota("m", ROOMY)
+    lease = await schedule(api)
+    bad = await api.post("/complete", json={"lease_id": lease["lease_id"], "latency_s": -1})
+    assert bad.status_code == 422 and "latency_s" in bad.text
+    done = await api.post("/complete", json={"lease_id": lease["lease_id"], "latency_s": 2.5})
+    assert done.json()["status"] == "released"
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        assert float(raw.hget(RouterKeys(namespace).router("K_EST"), "m|lat") or 0) == 2500
+    finally:
+        raw.close()
 
 
 async def test_an_http_admission_keeps_its_window_for_the_hop_to_the_backend(

@@ -33,6 +33,13 @@ def raw(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
+def _call(router: RouterClient, latency_s: float | None = None) -> None:
+    """One call admitted and settled at once (``latency_s``: as its caller measured it)."""
+    lease = router.admit(100)
+    assert isinstance(lease, Admission), lease
+    router.complete(lease.lease_id, 50, 50, latency_s=latency_s)
+
+
 def _model(router: RouterClient, **kwargs: object) -> str:
     lease = router.admit(100, **kwargs)  # type: ignore[arg-type]
     assert isinstance(lease, Admission), lease
@@ -173,15 +180,74 @@ def test_a_models_latency_is_learned_from_its_prior(
     router: RouterClient, raw: redis.Redis, namespace: str,
 ) -> None:
     # a model expected to take 10 s whose first call ends at once: one sample moves the
-    # estimate a fifth of the way (EWMA), it does not replace the prior; the deviation
-    # starts from half the prior
+    # estimate a fifth of the way (the prior weighs as four calls), it does not replace
+    # the prior; the deviation starts from half the prior
     router.set_quota("m", {**ROOMY, "expected_latency_s": 10.0})
-    lease = router.admit(100)
-    assert isinstance(lease, Admission)
-    router.complete(lease.lease_id, 50, 50)
+    _call(router)
     est = RouterKeys(namespace).router("K_EST")
     assert 7_900 <= float(raw.hget(est, "m|lat") or 0) <= 8_100
     assert 5_900 <= float(raw.hget(est, "m|latd") or 0) <= 6_000
+
+
+def test_a_callers_measured_latency_is_what_the_model_learns(
+    router: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # settled at once, but the caller measured 2 s from its send to the answer: the model
+    # learns 2 s (not the few ms since the admission); a settlement without a measure
+    # counts from the admission, as before
+    router.set_quota("m", ROOMY)
+    est = RouterKeys(namespace).router("K_EST")
+    _call(router, latency_s=2.0)
+    assert float(raw.hget(est, "m|lat") or 0) == 2000
+    _call(router)
+    assert 990 <= float(raw.hget(est, "m|lat") or 0) < 1_050  # the mean of 2 s and ~0
+
+
+def test_a_burst_that_ends_in_order_of_latency_is_learned_at_its_mean(
+    router: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # a burst's calls end shortest first: 100 ms, 200 ms, ... 1.6 s, settled one by one
+    # (a model's first 16 calls are all observed). An average by order (each call moving
+    # the estimate a fifth of the way) ends near its slowest calls (1.21 s); weighed by
+    # time, they count alike: their mean, 0.85 s
+    router.set_quota("m", ROOMY)
+    for k in range(16):
+        _call(router, latency_s=0.1 * (k + 1))
+    est = RouterKeys(namespace).router("K_EST")
+    assert 845 <= float(raw.hget(est, "m|lat") or 0) <= 855
+    # |x - mean| (the mean so far) averages 0.43 s
+    assert 400 <= float(raw.hget(est, "m|latd") or 0) <= 450
+
+
+def test_a_models_latency_that_changes_is_followed_once_the_old_calls_are_old(
+    router: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    # 100 calls' worth of 1 s, last updated 5 minutes ago (ten times the memory): a new
+    # call of 5 s outweighs them
+    router.set_quota("m", ROOMY)
+    est = RouterKeys(namespace).router("K_EST")
+    seconds, micros = raw.time()
+    now_ms = seconds * 1000 + micros // 1000
+    raw.hset(est, mapping={"m|lat": 1000, "m|latd": 100, "m|latw": 100,
+                           "m|latt": now_ms - 300_000})
+    _call(router, latency_s=5.0)
+    assert float(raw.hget(est, "m|lat") or 0) >= 4_900
+    # recent ones are not outweighed by one call
+    raw.hset(est, mapping={"m|lat": 1000, "m|latw": 100, "m|latt": now_ms})
+    _call(router, latency_s=5.0)
+    assert float(raw.hget(est, "m|lat") or 0) <= 1_050
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf"), True, "2"])
+def test_a_bad_measured_latency_is_refused_naming_the_field(
+    router: RouterClient, bad: object,
+) -> None:
+    router.set_quota("m", ROOMY)
+    lease = router.admit(100)
+    assert isinstance(lease, Admission)
+    with pytest.raises(ValueError, match="latency_s"):
+        router.complete(lease.lease_id, 50, 50, latency_s=bad)  # type: ignore[arg-type]
+    assert router.complete(lease.lease_id, 50, 50) == "released"  # nothing was settled
 
 
 def test_completions_learn_the_mean_deviation(
