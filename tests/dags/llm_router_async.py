@@ -18,7 +18,8 @@ with DAG(
         task_id="solve",
         store_schema="{{ params.store_schema }}",
     ).expand(settings=[
+        # no hedged calls: the test counts one backend call per prompt
         {"max_in_flight": 200, "time_budget_s": 120, "claim_ttl_s": 120, "backoff_s": 0.05,
-         "claim_batch": claim_batch}
+         "claim_batch": claim_batch, "hedge_late_calls": False}
         for claim_batch in (60, 90)
     ])

@@ -123,6 +123,9 @@ async def test_micro_batches_go_to_batch_endpoint(
         stats = httpx.get(sim.url + "/stats").json()
     assert all(r["status"] == "solved" and r["answer"] for r in event["results"])
     assert stats["calls"]["single"] == 0
-    assert stats["calls"]["batch_items"] == 60 and stats["calls"]["batch"] < 60
+    # one item per call the solver made (a prompt's late call hedged at the end: two)
+    calls = sum(r["calls"] for r in event["results"])
+    assert stats["calls"]["batch_items"] == calls and calls >= 60
+    assert stats["calls"]["batch"] < 60
     assert stats["totals"]["rejected_429"] == 0
     assert sum(m.in_flight for m in router.stats().models.values()) == 0
