@@ -2,7 +2,8 @@
 -- reclaims its expired leases and trims its window first, so the figures are current.
 -- ARGV[2]: JSON [model, ...] or 0 for every model with a quota (whose keys must all be
 -- declared: else the reply is {stale = model}).
--- latency_ms: the learned call latency (ms, EWMA of released 'ok' calls), else the quota's
+-- latency_ms: the learned call latency (ms, mean of released 'ok' calls weighted by
+-- recency: lib/kinds.lua), else the quota's
 -- prior expected_latency_s (the 'lat' field, s) in ms, else absent.
 -- share: the learned share of the quota admission holds the model to (1: the quota);
 -- effective: below 1, the limits in force {rpm, tpm, conc, itpm?, otpm?}.

@@ -6,9 +6,10 @@
 -- Without a latency estimate for every candidate (nothing observed, no prior), the weighted
 -- fair share decides alone (lib/fair.lua).
 --
--- Likely latency: the learned mean (K_EST '<model>|lat', EWMA from the quota's prior 'lat'
--- when it has one: complete.lua) plus FINISH_SPREAD mean deviations (K_EST
--- '<model>|latd', an EWMA of |latency - mean|), never fewer than SPREAD_FLOOR of the mean.
+-- Likely latency: the learned mean (K_EST '<model>|lat', weighted by recency, from the
+-- quota's prior 'lat' when it has one: lib/kinds.lua) plus FINISH_SPREAD mean deviations
+-- (K_EST '<model>|latd', the mean |latency - mean|), never fewer than SPREAD_FLOOR of the
+-- mean.
 -- Model latencies are heavy-tailed (a log-normal spread, and stragglers several times the
 -- median), and the call that ends a backlog is a slow model's call that ended late: one
 -- call more for a fast model costs a fraction of a second, one slow call that strays costs

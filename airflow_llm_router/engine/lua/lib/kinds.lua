@@ -1,7 +1,8 @@
 -- Learned estimates: a model's output tokens per call (the 95th percentile of its last
--- OBSERVED calls) and latency (EWMA), model-wide and per task kind. Prompts of one kind
--- (a summary, an essay) differ far less from each other than the model's mix does, so a
--- kind's own percentile reserves less for short kinds and enough for long ones.
+-- OBSERVED calls) and latency (model-wide: a mean weighted by recency; per kind: an EWMA),
+-- model-wide and per task kind. Prompts of one kind (a summary, an essay) differ far less
+-- from each other than the model's mix does, so a kind's own percentile reserves less for
+-- short kinds and enough for long ones.
 -- Per model, K_KIND(m) holds "o|<kind>" (output estimate), "l|<kind>" (latency ms),
 -- "n|<kind>" (outputs observed), "t|<kind>" (last seen ms) and "w|<kind>" (its recent
 -- outputs, newest first, comma-separated: a field of the model's hash rather than a key
