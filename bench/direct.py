@@ -3,9 +3,11 @@
 ``python -m bench.e2e`` measures the product as deployed (scheduler, triggerer, mapped
 solvers), two to three minutes a run with as much again of spread between runs. To compare
 two versions of the routing, that is too slow to repeat enough. This runs the same
-workload (W1-W4's initial backlog, ``bench/e2e/workloads.py``) through ``--drains``
-``DrainTrigger`` s in one process, on a private Redis, the simulator (its own process) and
-a schema of its own, as many times as asked, and prints per run:
+workload (W1-W4, ``bench/e2e/workloads.py``: the initial backlog, then W3's cut of the
+busiest model's limits and W4's arrivals at their time after the first call, as
+``bench.e2e`` fires them) through ``--drains`` ``DrainTrigger`` s in one process, on a
+private Redis, the simulator (its own process) and a schema of its own, as many times as
+asked, and prints per run:
 
 - the makespan from the first call the backend received to the last answer written to the
   store (the drains' start-up, a second or two, and their closing left out: the
@@ -35,8 +37,10 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -52,6 +56,8 @@ RESULTS = ROOT / "bench" / "results"
 FIRST_CALL_BUCKET_S = 0.05
 #: How many of the last answers a run reports (``ending``).
 ENDING = 8
+#: How often the events' thread looks for the first call at the backend (s).
+EVENT_POLL_S = 0.02
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,6 +119,11 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         with httpx.Client(base_url=sim.url, timeout=60) as http:
             http.post("/stats/reset").raise_for_status()
             started = time.time()
+            events = _Events(sim.url, workload, profile,
+                             lambda model, quota: quotas.put(model, quota, actor="bench.direct"),
+                             lambda tasks: seed_store(store, tasks))
+            stack.callback(events.stop)
+            events.start()
 
             async def drains() -> list[dict[str, Any]]:
                 return await asyncio.gather(*[
@@ -121,8 +132,9 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                                hedge_late_calls=not args.no_hedge)
                     for k in range(args.drains)])
 
-            events = asyncio.run(drains())
+            finals = asyncio.run(drains())
             ended = time.time() - started
+            events.stop()
             stats = http.get("/stats").json()
             fine = http.get("/timeline", params={"bucket_s": FIRST_CALL_BUCKET_S}).json()
             window = http.get("/timeline", params={"bucket_s": profile.scaled_window_s}).json()
@@ -149,9 +161,69 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                              if any(v["requests"])},
         "calls_per_second": {m: v["requests"] for m, v in second["models"].items()
                              if any(v["requests"])},
-        "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in events),
-        "events": [e.get("status") for e in events],
+        "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in finals),
+        "events": [e.get("status") for e in finals],
+        "fired": events.fired,
     }
+
+
+class _Events(threading.Thread):
+    """The workload's events at their time after the first call the backend received, as
+    ``bench.e2e`` fires them: W3's cut of the busiest model's limits (``lower_limits``,
+    through the quota store), W4's arrivals (into the task store, while the drains still
+    run: their bulk backlog outlasts the last arrival). Each fired event is in ``fired``
+    (seconds after the first call); one that fails is recorded there too, and the run
+    goes on without it rather than hiding that it did."""
+
+    def __init__(self, url: str, workload: Any, profile: Any,
+                 set_quota: Callable[[str, dict[str, Any]], object],
+                 enqueue: Callable[[Any], object]) -> None:
+        super().__init__(name="bench-direct-events", daemon=True)
+        self.url, self.workload, self.profile = url, workload, profile
+        self.set_quota, self.enqueue = set_quota, enqueue
+        self.fired: list[dict[str, Any]] = []
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=10)
+
+    def run(self) -> None:
+        import httpx
+
+        from bench.e2e.run import lower_limits
+
+        todo: list[tuple[float, str, Any]] = [(a.at_windows, "arrival", a.tasks)
+                                              for a in self.workload.arrivals]
+        if self.workload.quota_change is not None:
+            change = self.workload.quota_change
+            todo.append((change.at_windows, "quota_change", change.factor))
+        if not todo:
+            return
+        todo.sort(key=lambda e: e[0])
+        window = self.profile.scaled_window_s
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while http.get("/stats").json()["totals"]["requests"] == 0:
+                if self._stop_event.wait(EVENT_POLL_S):
+                    return
+            first = time.monotonic()
+            for at_windows, kind, what in todo:
+                if self._stop_event.wait(max(0.0, first + at_windows * window
+                                             - time.monotonic())):
+                    return
+                at = round(time.monotonic() - first, 2)
+                try:
+                    if kind == "arrival":
+                        self.enqueue(what)
+                        self.fired.append({"at_s": at, "event": kind, "tasks": len(what)})
+                    else:
+                        model, _, limits = lower_limits(http, self.set_quota, self.profile,
+                                                        self.workload, what)
+                        self.fired.append({"at_s": at, "event": kind, "model": model,
+                                           "limits": limits})
+                except Exception as err:  # recorded with the run's figures
+                    self.fired.append({"at_s": at, "event": kind, "error": repr(err)})
 
 
 def _ending(profile: Any, last: list[tuple[Any, str, str]], zero: float
@@ -222,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {k + 1}: makespan {run['makespan_s']} s from the first call to the "
                   f"last answer (drains returned at {run['wall_s']} s), 429s {run['rejected_429']} "
                   f"{run['violations'] or ''}, hedged {run['hedged']}", flush=True)
+            for e in run.get("fired") or []:
+                if "error" in e:
+                    print(f"  {e['event']} at {e['at_s']} s FAILED: {e['error']}", flush=True)
+            if run.get("fired"):
+                print(f"  events: {len(run['fired'])} fired, the first at "
+                      f"{run['fired'][0]['at_s']} s after the first call", flush=True)
             if run.get("ending"):  # an older --root checkout does not report it
                 print("  last answers: " + "; ".join(
                     f"{e['model']} sent {e['sent_s']} s, took {e['latency_s']} s"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,25 @@ def busiest_model(profile: SimulatorProfile, workload: Workload) -> str:
 
 def _scaled(limits: dict[str, int | None], factor: float) -> dict[str, int | None]:
     return {k: (None if v is None else max(1, int(v * factor))) for k, v in limits.items()}
+
+
+def lower_limits(http: httpx.Client, set_quota: Callable[[str, dict[str, Any]], object],
+                 profile: SimulatorProfile, workload: Workload, factor: float
+                 ) -> tuple[str, dict[str, int | None], dict[str, int | None]]:
+    """Lower the busiest model's target in the router (``set_quota``), then its limits at
+    the provider (the simulator behind ``http``): a planned cut, the team lowers the
+    target and the provider enforces it from then on. The other order would have the
+    provider refuse calls admitted under the old target in the moment between the two
+    changes, which measures that moment, not the router. The model, its limits before
+    and after."""
+    model = busiest_model(profile, workload)
+    before = http.get("/limits").json()[model]
+    provider = _scaled(before, factor)
+    quota = router_quotas(profile)[model]
+    quota.update({k: v for k, v in provider.items() if v is not None})
+    set_quota(model, quota)
+    http.put(f"/limits/{model}", json=provider).raise_for_status()
+    return model, before, provider
 
 
 class Watch:
@@ -147,17 +167,9 @@ class Watch:
             self.change_quota(change.factor)
 
     def change_quota(self, factor: float) -> None:
-        """Lower the busiest model's target in the router, then its limits at the provider
-        (a planned cut: the team lowers the target, the provider enforces it from then on).
-        The other order would have the provider refuse calls admitted under the old target
-        in the moment between the two changes, which measures that moment, not the router."""
-        model = busiest_model(self.svc.profile, self.workload)
-        before = self.http.get("/limits").json()[model]
-        provider = _scaled(before, factor)
-        quota = router_quotas(self.svc.profile)[model]
-        quota.update({k: v for k, v in provider.items() if v is not None})
-        self.svc.router.set_quota(model, quota)
-        self.http.put(f"/limits/{model}", json=provider).raise_for_status()
+        """The busiest model's limits cut by ``factor`` (:func:`lower_limits`)."""
+        model, before, provider = lower_limits(self.http, self.svc.router.set_quota,
+                                               self.svc.profile, self.workload, factor)
         self.change_done = True
         self.events.append({"at": self.now(), "event": "quota_change", "model": model,
                             "limits": provider, "before": before})
