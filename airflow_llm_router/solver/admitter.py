@@ -145,6 +145,21 @@ class BatchAdmitter:
         """Requests waiting for admission."""
         return len(self._pending)
 
+    async def _expire(self, expired: list[_Pending]) -> None:
+        """Withdraw requests past their deadline from the engine's waiters, then give
+        their callers None. In that order: a caller told None may end the solve and close
+        this admitter at once, which would cut a withdrawal still under way, and the
+        engine would hold capacity back for those waiters until their own deadline."""
+        try:
+            await self._outage.call(self._client.cancel,
+                                    [p.request.request_id for p in expired], what="cancel")
+        except Exception as err:  # they drop out of the engine's waiters at their deadline
+            log.warning("could not withdraw %d expired requests: %s: %s",
+                        len(expired), type(err).__name__, err)
+        for p in expired:
+            if not p.future.done():
+                p.future.set_result(None)
+
     async def _run(self) -> None:
         """The admission loop. It never dies silently: should a round fail past the Redis
         outage budget (or with an unexpected error), every waiting caller gets the error."""
@@ -170,7 +185,7 @@ class BatchAdmitter:
             self.round_trips += 1
             soonest = float("inf")
             on_release = False  # whether a release could end one of the waits
-            expired: list[str] = []
+            expired: list[_Pending] = []
             now = loop.time()
             for p, decision in zip(batch, decisions, strict=True):
                 if p.future.cancelled() and isinstance(decision, Admission):
@@ -183,15 +198,14 @@ class BatchAdmitter:
                     p.future.set_exception(
                         ImpossibleRequestError(decision.reason, decision.message()))
                 elif p.deadline <= now:
-                    expired.append(p.request.request_id)
-                    p.future.set_result(None)
+                    expired.append(p)
                 else:
                     assert isinstance(decision, Wait)
                     metrics.waited(decision.reason)
                     soonest = min(soonest, decision.retry_after_ms / 1000, p.deadline - now)
                     on_release = on_release or decision.reason in RELEASE_HELPS
             if expired:
-                await self._outage.call(self._client.cancel, expired, what="cancel")
+                await self._expire(expired)
             # let the coroutines that were answered leave the queue before looking again
             await asyncio.sleep(0)
             if self._pending and soonest != float("inf"):

@@ -19,10 +19,10 @@ def _items(n: int, tag: str = "t") -> list[dict]:
                       request_id=f"{tag}-{i}").to_dict() for i in range(n)]
 
 
-def _trigger(items: list[dict], seconds: float = 60) -> SolveTrigger:
+def _trigger(items: list[dict], seconds: float = 60, **settings: object) -> SolveTrigger:
     return SolveTrigger(items=items, router_conn_id="llm_router_default",
                         backend_conn_id="models_backend_default", deadline=time.time() + seconds,
-                        settings={"max_in_flight": 200, "backoff_s": 0.05})
+                        settings={"max_in_flight": 200, "backoff_s": 0.05, **settings})
 
 
 async def _event(trigger: SolveTrigger) -> dict:
@@ -35,7 +35,9 @@ async def test_run_solves_every_item_within_limits(
     profile = small_profile(time_scale=60)  # one-second windows
     with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
         set_quotas_from(router, profile)
-        event = await _event(_trigger(_items(150)))
+        # no hedges: a late call's loser, cut off as the solve ends, keeps its lease (and
+        # counts in flight) until it expires, and this counts one call per prompt
+        event = await _event(_trigger(_items(150), hedge_late_calls=False))
         stats = httpx.get(sim.url + "/stats").json()
     assert event["status"] == "done"
     results = event["results"]
@@ -117,11 +119,8 @@ async def test_micro_batches_go_to_batch_endpoint(
     profile = small_profile()
     with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
         set_quotas_from(router, profile)
-        trigger = _trigger(_items(60))
-        # no hedges: a late call's loser, cut off as the solve ends, would keep its lease
-        # (and count in flight) until it expires, and this counts calls per prompt
-        trigger.settings = {**trigger.settings, "batch_size": 5, "hedge_late_calls": False}
-        event = await _event(trigger)
+        # no hedges, as above
+        event = await _event(_trigger(_items(60), batch_size=5, hedge_late_calls=False))
         stats = httpx.get(sim.url + "/stats").json()
     assert all(r["status"] == "solved" and r["answer"] for r in event["results"])
     assert stats["calls"]["single"] == 0
