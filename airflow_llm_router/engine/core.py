@@ -276,6 +276,18 @@ class RouterCore:
         n = yield Script("cancel", (json.dumps(list(request_ids)),))
         return int(n)
 
+    def report_backlog(self, source: str, tasks: int, ttl_s: float) -> Step[int]:
+        if not isinstance(source, str) or not source:
+            raise ValueError(f"source: {source!r} is not a name; give the backlog's name "
+                             "(a task store's queue)")
+        if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 0:
+            raise ValueError(f"tasks: {tasks!r} is not a count; give a whole number >= 0")
+        if isinstance(ttl_s, bool) or not math.isfinite(ttl_s) or ttl_s <= 0:
+            raise ValueError(f"ttl_s: {ttl_s!r}; give how long the report holds, in "
+                             "seconds above 0")
+        live = yield Script("backlog", (json.dumps([source, tasks, int(ttl_s * 1000)]),))
+        return int(live)
+
     def sharded_pubsub(self) -> Step[bool]:
         """Whether the scripts publish events sharded (SPUBLISH, Redis 7+), so listeners
         subscribe to match (pubsub_mode.lua decides, from the server's version)."""

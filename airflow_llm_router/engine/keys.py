@@ -59,6 +59,10 @@ ROUTER_KEYS: dict[str, str] = {
     #      "<owner>|ps|pc|pr" the period before; "*|b", "*|per" the router-wide budget
     #      (micro-dollars, period ms; absent: none, the total is kept per UTC day)
     "K_SPEND": "spend",
+    # HASH backlog source (a task store's queue) -> "<tasks waiting there>:<until ms>": what
+    #      the drains report of the work not yet claimed, so admission sees the whole
+    #      backlog, not only the requests waiting in it (lib/finish.lua)
+    "K_BACKLOG": "backlog",
 }
 
 #: Per-model keys: Lua function name -> key infix (the model name follows it).

@@ -30,6 +30,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "start_recovery": ("prelude", "guard"),
     "stats": ("prelude", "budget", "effective", "guard", "model_state", "kinds"),
     "cancel": ("prelude",),
+    "backlog": ("prelude",),
     "set_budget": ("prelude",),
     "history": ("prelude", "history"),
     "pubsub_mode": ("prelude",),

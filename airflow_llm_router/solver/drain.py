@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 #: How often a drain waiting on others' live claims looks whether they are finished.
 OTHERS_RECHECK_S = 1.0
+#: How often a drain tells the engine how many tasks wait in its store, unclaimed (and for
+#: how long a report holds: a drain that died stops counting within that).
+BACKLOG_REPORT_S = 1.0
+BACKLOG_REPORT_TTL_S = 5.0
 
 
 @dataclass
@@ -252,6 +256,22 @@ class _Draining:
                             claim_ttl_s=self.settings.claim_ttl_s)
 
 
+async def report_backlog(d: _Draining, solver: Solver) -> None:
+    """Tell the engine, every :data:`BACKLOG_REPORT_S`, how many tasks wait in the store
+    unclaimed: admission weighs a slower model against how long the whole backlog would
+    take, not only the requests waiting in it (``RouterAPI.report_backlog``). A failed
+    report is logged and tried again; the last one lapses by itself."""
+    source = f"{d.store.schema}.{d.store.table}"
+    while True:
+        try:
+            tasks = await d.call(d.store.backlog_size)
+            await solver.router.report_backlog(source, tasks, BACKLOG_REPORT_TTL_S)
+        except Exception as err:
+            log.warning("could not report the backlog to the router: %s: %s",
+                        type(err).__name__, err)
+        await asyncio.sleep(BACKLOG_REPORT_S)
+
+
 def _collect(done: set[asyncio.Task[SolveResult]],
              results: list[SolveResult]) -> BaseException | None:
     """Add the results of finished prompts; the first error of a prompt that failed (one
@@ -281,6 +301,8 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
+    reporter = asyncio.create_task(report_backlog(d, solver), name="llm-router-backlog")
+    solver.watch_helper(reporter)
     try:
         active.update(await d.adopt(solver))
         while True:
@@ -313,9 +335,10 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                 await d.extend()
                 last_extend = now
     finally:
+        reporter.cancel()
         for task in active:
             task.cancel()
-        await asyncio.gather(*active, return_exceptions=True)
+        await asyncio.gather(reporter, *active, return_exceptions=True)
         await d.close()
         await d.flush()
         if d.claims:  # cut short: give the rest back at once rather than at claim expiry

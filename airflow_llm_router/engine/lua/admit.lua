@@ -141,7 +141,8 @@ local function decide(req)
         end
         if not best or wait < best then best, reason, on = wait, w, m end
         if order then
-          local fin = likely_wait(st, wait, w, req, rank, queued, mean[m]) + lat[m]
+          local fin = math.max(likely_wait(st, wait, w, req, rank, queued, mean[m]),
+                               backlog_horizon()) + lat[m]
           if not soonest or fin < soonest then soonest, soon_m = fin, m end
         end
         if w == 'budget' and req.bw and not fair then break end

@@ -294,3 +294,66 @@ def test_a_waiter_holds_back_only_the_model_it_waits_for(patient: RouterClient) 
     assert isinstance(waiting, Wait) and waiting.reason == "rpm"
     # it allows slow too, but would not take it: slow's one slot stays free for others
     assert _model(patient, models=["slow"]) == "slow"
+
+
+def _scarce_pair(router: RouterClient) -> None:
+    """fast: 2 calls per 10 s window, likely 3.5 s; slow: as scarce, likely 28 s (8 s mean
+    and five deviations of half of it). Together they serve 0.4 calls a second."""
+    router.set_quota("fast", {**ROOMY, "rpm": 2, "window_s": 10, "expected_latency_s": 1.0})
+    router.set_quota("slow", {**ROOMY, "rpm": 2, "window_s": 10, "expected_latency_s": 8.0})
+
+
+def test_a_long_backlog_behind_the_waiters_sends_work_to_a_slower_model(
+    patient: RouterClient,
+) -> None:
+    """A request that waits for a fast model is served no sooner than the backlog ahead of
+    it: with 60 tasks reported behind (150 s at 0.4 calls a second), the slow model's 28 s
+    call ends long before the backlog could, so it is taken; alone (fast frees in 10 s), the
+    request waits for the fast model."""
+    _scarce_pair(patient)
+    assert [_model(patient) for _ in range(2)] == ["fast", "fast"]
+    assert isinstance(patient.admit(100, request_id="alone"), Wait)
+    assert patient.report_backlog("store.tasks", 60) == 1
+    assert _model(patient) == "slow"
+    # the waiter queued before the report is decided again the same way
+    assert _model(patient, request_id="alone") == "slow"
+
+
+def test_a_short_backlog_still_waits_for_the_fast_model(patient: RouterClient) -> None:
+    """Two tasks behind: the backlog drains in 5 s at the pair's rate, the fast model
+    frees in 10 s; the slow one's 28 s would end last."""
+    _scarce_pair(patient)
+    assert [_model(patient) for _ in range(2)] == ["fast", "fast"]
+    patient.report_backlog("store.tasks", 2)
+    assert isinstance(patient.admit(100), Wait)
+
+
+def test_a_backlog_report_lapses_unless_renewed(
+    patient: RouterClient, raw: redis.Redis, namespace: str,
+) -> None:
+    """A drain that died stops counting: its report holds for its TTL only, and the next
+    report of any source drops it."""
+    _scarce_pair(patient)
+    assert [_model(patient) for _ in range(2)] == ["fast", "fast"]
+    patient.report_backlog("dead.tasks", 60, ttl_s=0.05)
+    key = RouterKeys(namespace).router("K_BACKLOG")
+    until_ms = int(raw.hget(key, "dead.tasks").split(":")[1])  # type: ignore[union-attr]
+    while patient.stats().now_ms <= until_ms:  # the Redis clock, as the scripts read it
+        time.sleep(0.01)
+    assert isinstance(patient.admit(100), Wait)  # lapsed: as if nothing were behind
+    assert patient.report_backlog("live.tasks", 0) == 1
+    assert raw.hkeys(key) == ["live.tasks"]
+
+
+@pytest.mark.parametrize(("field", "kwargs"), [
+    ("source", {"source": "", "tasks": 1}),
+    ("tasks", {"source": "s", "tasks": -1}),
+    ("tasks", {"source": "s", "tasks": 1.5}),
+    ("ttl_s", {"source": "s", "tasks": 1, "ttl_s": 0}),
+    ("ttl_s", {"source": "s", "tasks": 1, "ttl_s": float("nan")}),
+])
+def test_a_bad_backlog_report_is_refused_naming_the_field(
+    router: RouterClient, field: str, kwargs: dict[str, object],
+) -> None:
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        router.report_backlog(**kwargs)  # type: ignore[arg-type]

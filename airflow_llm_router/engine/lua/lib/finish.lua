@@ -67,6 +67,42 @@ local function likely_wait(st, wait, reason, req, rank, queued, mean)
   return (ahead + 1) * mean / st.q.conc
 end
 
+-- How long the whole backlog would likely take to drain (ms), or 0 when no drain reports
+-- one (K_BACKLOG: the tasks not yet claimed, by source, each report until its expiry;
+-- while one is live, the requests waiting in the engine count too).
+-- The requests waiting in the engine are only what the callers hold now; with thousands
+-- more behind them, a request that waits for a fast model is served no sooner than the
+-- backlog ahead of it, not when the fast model's window slides. The backlog and the
+-- waiters, at every model's sustained rate together (its rpm, its tpm at its learned
+-- output per call, its concurrency at its learned mean latency, each per window): a
+-- slower model's call that ends before then ends no later than the backlog would, so it
+-- is taken (admit.lua). Counting every model's rate, the chosen ones or not, makes the
+-- horizon short rather than long: a slow call is never taken on a backlog that the fast
+-- models could drain alone.
+local HORIZON = nil
+local function backlog_horizon()
+  if HORIZON then return HORIZON end
+  HORIZON = 0
+  local raw, n, live = redis.call('HGETALL', K_BACKLOG), 0, false
+  for k = 2, #raw, 2 do
+    local c, until_ms = string.match(raw[k], '^(%d+):(%d+)$')
+    if c and tonumber(until_ms) > NOW then n, live = n + tonumber(c), true end
+  end
+  if not live then return HORIZON end
+  n = n + redis.call('ZCARD', K_WAITERS)
+  local rate = 0  -- calls per ms, every model together
+  for _, m in ipairs(model_names()) do
+    local view = model_view(m)
+    local q = view.q
+    local r = math.min(q.rpm, q.tpm / math.max(1, view.est)) / q.win
+    local mean = EST[m .. '|lat'] or (q.lat and q.lat * 1000)
+    if mean and mean > 0 then r = math.min(r, q.conc / mean) end
+    rate = rate + r
+  end
+  if rate > 0 then HORIZON = n / rate end
+  return HORIZON
+end
+
 -- Models whose likely latencies are within FINISH_TIER of the fastest of a group count as
 -- equally fast (learned latencies differ by noise, and by the callers' own delays): among
 -- them the weighted fair share decides, as it does without latencies.

@@ -1,0 +1,60 @@
+"""A drain tells the engine how many tasks wait in its store unclaimed, so admission can
+weigh a slower model against the whole backlog (lib/finish.lua), not only the requests the
+drains hold."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.keys import RouterKeys
+from airflow_llm_router.solver.drain import BACKLOG_REPORT_TTL_S
+from airflow_llm_router.store import TaskStore
+from airflow_llm_router.triggers.solve import DrainTrigger
+from tests.integration.backends import serve_backend, set_quotas_from, small_profile
+
+TASKS = 200
+IN_FLIGHT = 20
+
+
+@pytest.mark.timeout(60)
+async def test_a_drain_reports_its_unclaimed_backlog(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, redis_url: str, pg_dsn: str,
+    pg_schema: str, store: TaskStore, router: RouterClient,
+) -> None:
+    profile = small_profile(time_scale=1)  # one-minute windows: 75 calls in the first
+    store.enqueue([f"prompt {i}" for i in range(TASKS)])
+    key = RouterKeys(namespace).router("K_BACKLOG")
+    source = f"{pg_schema}.tasks"
+    trigger = DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
+        worker_id="drain-under-test",
+        settings={"claim_ttl_s": 30, "claim_batch": IN_FLIGHT, "max_in_flight": IN_FLIGHT,
+                  "backoff_s": 0.05},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + 4)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn), \
+            redis.Redis.from_url(redis_url, decode_responses=True) as raw:
+        set_quotas_from(router, profile)
+        drain = asyncio.create_task(anext(trigger.run()))
+        reports = []  # until one follows the drain's claims
+        while not reports or int(reports[-1].split(":")[0]) == TASKS:
+            assert not drain.done(), f"the drain ended without reporting its claims: {reports}"
+            if (report := raw.hget(key, source)) is not None:
+                reports.append(report)
+            await asyncio.sleep(0.02)
+        event = (await asyncio.wait_for(drain, 30)).payload
+        left = raw.hget(key, source)
+    tasks, until_ms = (int(x) for x in reports[-1].split(":"))
+    # what a claim could take: not the tasks the drain holds, nor those it solved (at most
+    # the first window's 75 calls)
+    assert TASKS - 75 - IN_FLIGHT <= tasks <= TASKS - IN_FLIGHT, reports
+    assert event["status"] == "done"
+    assert left is not None
+    # the last report holds no longer than its TTL past the drain's end
+    assert int(left.split(":")[1]) <= router.stats().now_ms + BACKLOG_REPORT_TTL_S * 1000
+    assert until_ms > 0
