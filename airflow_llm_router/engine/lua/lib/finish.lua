@@ -69,17 +69,57 @@ end
 
 -- How long the whole backlog would likely take to drain (ms), or 0 when no drain reports
 -- one (K_BACKLOG: the tasks not yet claimed, by source, each report until its expiry;
--- while one is live, the requests waiting in the engine count too).
--- The requests waiting in the engine are only what the callers hold now; with thousands
--- more behind them, a request that waits for a fast model is served no sooner than the
--- backlog ahead of it, not when the fast model's window slides. The backlog and the
--- waiters, at every model's sustained rate together (its rpm, its tpm at its learned
--- output per call, its concurrency at its learned mean latency, each per window): a
--- slower model's call that ends before then ends no later than the backlog would, so it
--- is taken (admit.lua). Counting every model's rate, the chosen ones or not, makes the
--- horizon short rather than long: a slow call is never taken on a backlog that the fast
--- models could drain alone.
+-- while one is live, the requests waiting in the engine count too). The requests waiting
+-- in the engine are only what the callers hold now; with thousands more behind them, a
+-- request that waits for a fast model is served no sooner than the backlog ahead of it,
+-- not when the fast model's window slides. A slower model's call that ends before the
+-- backlog would drain ends no later than it, so it is taken (admit.lua).
+-- The horizon is the time t by which the models could start every task of the backlog
+-- (backlog_capacity). Counting every model, the chosen ones or not, makes it short
+-- rather than long: a slow call is never taken on a backlog that the fast models could
+-- drain alone.
 local HORIZON = nil
+
+-- What each model (of those declared to this call) could start within t ms, from its
+-- window log: the room in its window now (its rpm, or its tpm at its learned output per
+-- call, less what the window holds), plus the entries that leave the window by then
+-- (a model that took its window in a burst gets it back in a burst: a window-blind rate
+-- made a backlog that the next second's refill clears look ten seconds long), plus,
+-- past one window, its calls per window at that rate; never more than its concurrency
+-- plus what it ends at its learned mean latency.
+local function backlog_capacity()
+  local ms = {}
+  for _, m in ipairs(model_names()) do
+    if DECLARED[m] then
+      local view = model_view(m)
+      local q = view.q
+      local per_win = math.min(q.rpm, q.tpm / math.max(1, view.est))
+      local since = NOW - q.win
+      local held = redis.call('ZCOUNT', K_WIN(m), '(' .. int(since), '+inf')
+      local mean = EST[m .. '|lat'] or (q.lat and q.lat * 1000)
+      ms[#ms + 1] = {m = m, win = q.win, since = since, per_win = per_win, held = held,
+                     room = math.max(0, per_win - held), conc = q.conc,
+                     ends = (mean and mean > 0) and q.conc / mean or nil}
+    end
+  end
+  return function(t)
+    local total = 0
+    for _, x in ipairs(ms) do
+      local c
+      if t >= x.win then
+        c = x.room + x.held + x.per_win * (t - x.win) / x.win
+      else
+        c = x.room + redis.call('ZCOUNT', K_WIN(x.m), '(' .. int(x.since),
+                                int(x.since + t))
+      end
+      if x.ends then c = math.min(c, x.conc + x.ends * t) end
+      total = total + c
+    end
+    return total
+  end
+end
+
+local HORIZON_STEPS = 10  -- bisections: a window's 1/1024th
 local function backlog_horizon()
   if HORIZON then return HORIZON end
   HORIZON = 0
@@ -90,16 +130,18 @@ local function backlog_horizon()
   end
   if not live then return HORIZON end
   n = n + redis.call('ZCARD', K_WAITERS)
-  local rate = 0  -- calls per ms, every model together
-  for _, m in ipairs(model_names()) do
-    local view = model_view(m)
-    local q = view.q
-    local r = math.min(q.rpm, q.tpm / math.max(1, view.est)) / q.win
-    local mean = EST[m .. '|lat'] or (q.lat and q.lat * 1000)
-    if mean and mean > 0 then r = math.min(r, q.conc / mean) end
-    rate = rate + r
+  local cap = backlog_capacity()
+  if cap(0) >= n then return HORIZON end
+  local lo, hi = 0, 1000
+  for _ = 1, 40 do  -- doubling (once past every window, no window log is read)
+    if cap(hi) >= n then break end
+    lo, hi = hi, hi * 2
   end
-  if rate > 0 then HORIZON = n / rate end
+  for _ = 1, HORIZON_STEPS do
+    local mid = (lo + hi) / 2
+    if cap(mid) >= n then hi = mid else lo = mid end
+  end
+  HORIZON = hi
   return HORIZON
 end
 
