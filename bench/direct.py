@@ -305,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{e['model']} sent {e['sent_s']} s, took {e['latency_s']} s"
                     for e in run["ending"][:4]), flush=True)
         spans = [r["makespan_s"] for r in runs]
-        print(f"{args.workload}: median {statistics.median(spans)} s over {len(spans)} runs "
+        median = round(statistics.median(spans), 2)
+        print(f"{args.workload}: median {median} s over {len(spans)} runs "
               f"({', '.join(map(str, spans))}); runs with a 429: "
               f"{sum(1 for r in runs if r['rejected_429'])}")
         out, command, when = results_dir(RESULTS, "direct", "bench.direct", argv)

@@ -88,6 +88,10 @@ class ModelStats:
     #: 0 for calls within it); added to every reservation the engine estimates, so the
     #: calls in flight together cover their expected overrun
     excess_tokens: float = 0.0
+    #: the largest overrun of one call lately (halving every minute since): admission keeps
+    #: it free in the token window for requests whose output the engine estimates, so the
+    #: one long answer among a full window's calls does not take it over the provider's limit
+    excess_max_tokens: float = 0.0
     #: a priced model's spend in its current budget period; None when it has no price
     spend: SpendStats | None = None
 
@@ -155,6 +159,7 @@ class RouterStats:
                 guard_ms=int(m.get("guard_ms") or 0),
                 kinds=_kinds(m.get("kinds")),
                 excess_tokens=float(m.get("excess") or 0.0),
+                excess_max_tokens=float(m.get("excess_max") or 0.0),
                 spend=SpendStats.from_reply(m.get("spend")),
             )
         return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models,

@@ -9,7 +9,8 @@
 -- effective: below 1, the limits in force {rpm, tpm, conc, itpm?, otpm?}.
 -- guard_ms: the guard in force (lib/guard.lua).
 -- kinds: the estimates learned per task kind (lib/kinds.lua), if any.
--- excess: the mean tokens a call wrote past its reservation (added to engine estimates).
+-- excess: the mean tokens a call wrote past its reservation (added to engine estimates);
+-- excess_max: the largest lately (kept free in the token window: lib/capacity.lua).
 -- spend: a priced model's current budget period, total: the router-wide one
 -- ({budget?, committed, reserved, period_ms, period_start_ms}, micro-dollars: lib/budget.lua).
 local names = cjson.decode(ARGV[2])
@@ -36,7 +37,8 @@ for _, m in ipairs(names) do
     out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
               breaker = state, counters = counters, latency_ms = lat, share = st.share,
-              guard_ms = st.guard, kinds = kinds_of(m), excess = st.xs}
+              guard_ms = st.guard, kinds = kinds_of(m), excess = st.xs,
+              excess_max = st.xm}
     out[m].spend = budget_view(m, model_view(m).q)
     if st.share < 1 then
       local q = st.q

@@ -168,3 +168,21 @@ def test_the_advice_weighs_the_backlogs_kinds_with_what_was_learned(
     assert summaries.tokens_per_call == 20 and essays.tokens_per_call == 800
     both = router.advice(backlog=100, backlog_kinds={"summary": 50, "essay": 50})
     assert both.models["a"].tokens_per_call == 410
+
+
+def test_the_largest_overrun_lately_is_kept_free_in_the_token_window(
+        router: RouterClient) -> None:
+    """The provider counts a call's real tokens from its send: a window that admission fills
+    to its limit with reservations is overrun by the one long answer among its calls. So
+    the largest overrun of one call lately stays free for requests whose output the engine
+    estimates; a caller's own estimate needs no such room."""
+    router.set_quota("a", BIG)
+    _calls(router, None, [100] * 20)
+    _calls(router, None, [600])  # reserved 10 + 100, used 10 + 600: 500 past it
+    m = router.stats().models["a"]
+    assert m.excess_max_tokens == pytest.approx(500, abs=1)  # halves each minute since
+    need = 10 + m.output_estimate + math.ceil(m.excess_tokens)
+    router.set_quota("a", {**BIG, "tpm": m.tokens + need + 400})
+    held = router.admit(input_tokens=10, models=["a"])  # fits, but not with 500 kept free
+    assert isinstance(held, Wait) and held.reason == "tpm", held
+    assert isinstance(router.admit(need, models=["a"]), Admission)

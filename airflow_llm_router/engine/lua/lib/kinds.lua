@@ -83,9 +83,18 @@ local function observe_latency(h, f, samples, prior)
 end
 
 -- The model's mean excess: by how many tokens its settled calls exceeded what they had
--- reserved (0 for a call within its reservation), an EWMA in K_EST '<model>|xs'.
+-- reserved (0 for a call within its reservation), an EWMA in K_EST '<model>|xs'; and its
+-- largest lately, '<model>|xm' (excess_top in lib/prelude.lua: it halves as time passes,
+-- and a larger one replaces it).
 local function observe_excess(m, excess)
   observe_ewma(K_EST, m .. '|xs', excess, EXCESS_ALPHA, 0)
+  local top = 0
+  for _, x in ipairs(excess) do top = math.max(top, x) end
+  if top <= 0 then return end
+  local h = redis.call('HMGET', K_EST, m .. '|xm', m .. '|xmt')
+  if top > excess_top(tonumber(h[1]), tonumber(h[2])) then
+    redis.call('HSET', K_EST, m .. '|xm', int(top), m .. '|xmt', int(NOW))
+  end
 end
 
 -- A model's percentile is trusted alone after this many outputs; before, the estimate is

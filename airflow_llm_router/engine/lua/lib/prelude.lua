@@ -43,6 +43,16 @@ end
 -- when admitted with a task kind (a string, not JSON: encoding and decoding it is a pattern
 -- match, on the path of every admission; kinds are printable, request ids hold no \31),
 -- then "\30<cost>" for a priced model (its reservation: lib/budget.lua; no \30 either).
+-- The largest overrun of one call past its reservation, as learned (K_EST '<m>|xm', set
+-- at '<m>|xmt' ms), halving every XM_HALF ms since: an output's tail is a property of the
+-- model and its prompts, and a long-past straggler should not cost a window's tokens for
+-- ever (lib/kinds.lua observes it, lib/capacity.lua keeps it free).
+local XM_HALF = 60000
+local function excess_top(xm, at)
+  if not xm or xm <= 0 then return 0 end
+  return xm * 0.5 ^ (math.max(0, NOW - (at or NOW)) / XM_HALF)
+end
+
 local function lease_record(t, probe, rid, kind, cost)
   local rec = int(t) .. ':' .. probe .. ':' .. rid
   if kind then rec = rec .. '\31' .. kind end
