@@ -39,10 +39,6 @@ local function int(x)
   return string.format('%d', x)
 end
 
--- A lease's record in K_LEASES: "<admitted ms>:<probe 0/1>:<request id>", then "\31<kind>"
--- when admitted with a task kind (a string, not JSON: encoding and decoding it is a pattern
--- match, on the path of every admission; kinds are printable, request ids hold no \31),
--- then "\30<cost>" for a priced model (its reservation: lib/budget.lua; no \30 either).
 -- The largest overrun of one call past its reservation, as learned (K_EST '<m>|xm', set
 -- at '<m>|xmt' ms), halving every XM_HALF ms since: an output's tail is a property of the
 -- model and its prompts, and a long-past straggler should not cost a window's tokens for
@@ -53,6 +49,10 @@ local function excess_top(xm, at)
   return xm * 0.5 ^ (math.max(0, NOW - (at or NOW)) / XM_HALF)
 end
 
+-- A lease's record in K_LEASES: "<admitted ms>:<probe 0/1>:<request id>", then "\31<kind>"
+-- when admitted with a task kind (a string, not JSON: encoding and decoding it is a pattern
+-- match, on the path of every admission; kinds are printable, request ids hold no \31),
+-- then "\30<cost>" for a priced model (its reservation: lib/budget.lua; no \30 either).
 local function lease_record(t, probe, rid, kind, cost)
   local rec = int(t) .. ':' .. probe .. ':' .. rid
   if kind then rec = rec .. '\31' .. kind end
