@@ -26,6 +26,7 @@ from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.solver.settings import DrainSettings
+from airflow_llm_router.solver.upkeep import stop_helpers
 from airflow_llm_router.store import ClaimedTask, TaskFailure, TaskResult, TaskStore
 from airflow_llm_router.store.watch import BacklogWatch
 
@@ -256,20 +257,25 @@ class _Draining:
                             claim_ttl_s=self.settings.claim_ttl_s)
 
 
-async def report_backlog(d: _Draining, solver: Solver) -> None:
+async def report_backlog(d: _Draining, solver: Solver, stop: asyncio.Event) -> None:
     """Tell the engine, every :data:`BACKLOG_REPORT_S`, how many tasks wait in the store
     unclaimed: admission weighs a slower model against how long the whole backlog would
     take, not only the requests waiting in it (``RouterAPI.report_backlog``). A failed
-    report is logged and tried again; the last one lapses by itself."""
+    report is logged and tried again; the last one lapses by itself.
+
+    Ends once ``stop`` is set, cancelled or not: a call under way may swallow its
+    cancellation (seen in a loaded CI run: the loop went on reporting after the drain had
+    ended, and the drain waited for it for ever)."""
     source = f"{d.store.schema}.{d.store.table}"
-    while True:
+    while not stop.is_set():
         try:
             tasks = await d.call(d.store.backlog_size)
             await solver.router.report_backlog(source, tasks, BACKLOG_REPORT_TTL_S)
         except Exception as err:
             log.warning("could not report the backlog to the router: %s: %s",
                         type(err).__name__, err)
-        await asyncio.sleep(BACKLOG_REPORT_S)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), BACKLOG_REPORT_S)
 
 
 def _collect(done: set[asyncio.Task[SolveResult]],
@@ -301,7 +307,9 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
-    reporter = asyncio.create_task(report_backlog(d, solver), name="llm-router-backlog")
+    stop_reporting = asyncio.Event()
+    reporter = asyncio.create_task(report_backlog(d, solver, stop_reporting),
+                                   name="llm-router-backlog")
     solver.watch_helper(reporter)
     try:
         active.update(await d.adopt(solver))
@@ -335,10 +343,11 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                 await d.extend()
                 last_extend = now
     finally:
-        reporter.cancel()
+        stop_reporting.set()
         for task in active:
             task.cancel()
-        await asyncio.gather(reporter, *active, return_exceptions=True)
+        await asyncio.gather(*active, return_exceptions=True)
+        await stop_helpers([reporter])
         await d.close()
         await d.flush()
         if d.claims:  # cut short: give the rest back at once rather than at claim expiry

@@ -5,14 +5,24 @@ drains hold."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from types import SimpleNamespace
 
 import pytest
 import redis
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
-from airflow_llm_router.solver.drain import BACKLOG_REPORT_TTL_S
+from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.solver.drain import (
+    BACKLOG_REPORT_TTL_S,
+    DrainState,
+    _Draining,
+    report_backlog,
+)
+from airflow_llm_router.solver.settings import DrainSettings
+from airflow_llm_router.solver.upkeep import stop_helpers
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
@@ -58,3 +68,40 @@ async def test_a_drain_reports_its_unclaimed_backlog(
     # the last report holds no longer than its TTL past the drain's end
     assert int(left.split(":")[1]) <= router.stats().now_ms + BACKLOG_REPORT_TTL_S * 1000
     assert until_ms > 0
+
+
+class SwallowsCancellation(AsyncRouterClient):
+    """The real client, its backlog report a slow call that swallows a cancellation, as a
+    call under way did in a loaded CI run (the reporter went on after the drain ended and
+    the drain waited for it for ever)."""
+
+    inside: asyncio.Event
+
+    async def report_backlog(self, source: str, tasks: int, ttl_s: float = 5.0) -> int:
+        self.inside.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.2)
+        return await super().report_backlog(source, tasks, ttl_s)
+
+
+@pytest.mark.timeout(60)
+async def test_the_backlog_reporter_stops_when_its_cancellation_is_swallowed(
+    namespace: str, redis_url: str, pg_schema: str, store: TaskStore,
+) -> None:
+    client = SwallowsCancellation.from_url(redis_url, RouterSettings(namespace=namespace))
+    client.inside = asyncio.Event()
+    d = _Draining(store, DrainSettings(), "reporter-under-test", time.time() + 60,
+                  DrainState(started=time.time()))
+    stop = asyncio.Event()
+    holder = SimpleNamespace(router=client)  # what the reporter reads of its solver
+    reporter = asyncio.create_task(report_backlog(d, holder, stop))  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(client.inside.wait(), 10)
+        stop.set()  # as the drain ends: the stop, then the cancellation, mid-report
+        await stop_helpers([reporter])
+        assert reporter.done(), "the reporter went on after the drain ended"
+        with redis.Redis.from_url(redis_url, decode_responses=True) as raw:
+            assert raw.hget(RouterKeys(namespace).router("K_BACKLOG"), f"{pg_schema}.tasks")
+    finally:
+        reporter.cancel()
+        await client.aclose()
