@@ -141,8 +141,11 @@ local function decide(req)
         end
         if not best or wait < best then best, reason, on = wait, w, m end
         if order then
-          local fin = math.max(likely_wait(st, wait, w, req, rank, queued, mean[m]),
-                               backlog_horizon()) + lat[m]
+          local fin = likely_wait(st, wait, w, req, rank, queued, mean[m])
+          -- with wait_for_faster only: a request that may wait is served no sooner than
+          -- the backlog ahead of it (lib/finish.lua); without, it never waits anyway
+          if WAIT_FASTER then fin = math.max(fin, backlog_horizon()) end
+          fin = fin + lat[m]
           if not soonest or fin < soonest then soonest, soon_m = fin, m end
         end
         if w == 'budget' and req.bw and not fair then break end
