@@ -21,7 +21,7 @@ __all__ = ["OPERATIONS", "model_keys", "script_source"]
 #: carries: setting up unused libraries cost ~10 µs a call on the Redis thread).
 _LIBRARIES: dict[str, tuple[str, ...]] = {
     "admit": ("prelude", "budget", "effective", "guard", "model_state", "kinds", "capacity", "fair",
-              "finish", "waiters", "history"),
+              "reports", "finish", "waiters", "history"),
     "complete": ("prelude", "budget", "history", "health", "effective", "guard", "kinds"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),
@@ -30,7 +30,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "start_recovery": ("prelude", "guard"),
     "stats": ("prelude", "budget", "effective", "guard", "model_state", "kinds"),
     "cancel": ("prelude",),
-    "backlog": ("prelude",),
+    "backlog": ("prelude", "reports"),
     "set_budget": ("prelude",),
     "history": ("prelude", "history"),
     "pubsub_mode": ("prelude",),

@@ -26,7 +26,7 @@ from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.solver.settings import DrainSettings
-from airflow_llm_router.solver.upkeep import stop_helpers
+from airflow_llm_router.solver.upkeep import report_backlog, stop_helpers
 from airflow_llm_router.store import ClaimedTask, TaskFailure, TaskResult, TaskStore
 from airflow_llm_router.store.watch import BacklogWatch
 
@@ -36,10 +36,6 @@ log = logging.getLogger(__name__)
 
 #: How often a drain waiting on others' live claims looks whether they are finished.
 OTHERS_RECHECK_S = 1.0
-#: How often a drain tells the engine how many tasks wait in its store, unclaimed (and for
-#: how long a report holds: a drain that died stops counting within that).
-BACKLOG_REPORT_S = 1.0
-BACKLOG_REPORT_TTL_S = 5.0
 
 
 @dataclass
@@ -257,27 +253,6 @@ class _Draining:
                             claim_ttl_s=self.settings.claim_ttl_s)
 
 
-async def report_backlog(d: _Draining, solver: Solver, stop: asyncio.Event) -> None:
-    """Tell the engine, every :data:`BACKLOG_REPORT_S`, how many tasks wait in the store
-    unclaimed: admission weighs a slower model against how long the whole backlog would
-    take, not only the requests waiting in it (``RouterAPI.report_backlog``). A failed
-    report is logged and tried again; the last one lapses by itself.
-
-    Ends once ``stop`` is set, cancelled or not: a call under way may swallow its
-    cancellation (seen in a loaded CI run: the loop went on reporting after the drain had
-    ended, and the drain waited for it for ever)."""
-    source = f"{d.store.schema}.{d.store.table}"
-    while not stop.is_set():
-        try:
-            tasks = await d.call(d.store.backlog_size)
-            await solver.router.report_backlog(source, tasks, BACKLOG_REPORT_TTL_S)
-        except Exception as err:
-            log.warning("could not report the backlog to the router: %s: %s",
-                        type(err).__name__, err)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), BACKLOG_REPORT_S)
-
-
 def _collect(done: set[asyncio.Task[SolveResult]],
              results: list[SolveResult]) -> BaseException | None:
     """Add the results of finished prompts; the first error of a prompt that failed (one
@@ -308,8 +283,10 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
     stop_reporting = asyncio.Event()
-    reporter = asyncio.create_task(report_backlog(d, solver, stop_reporting),
-                                   name="llm-router-backlog")
+    reporter = asyncio.create_task(
+        report_backlog(solver.router, f"{store.schema}.{store.table}",
+                       lambda: d.call(store.backlog_size), stop_reporting),
+        name="llm-router-backlog")
     solver.watch_helper(reporter)
     try:
         active.update(await d.adopt(solver))

@@ -1,5 +1,5 @@
-"""What runs beside a solver's prompts: lease heartbeats, the progress log and gauges, and
-stopping these loops when the solver closes.
+"""What runs beside a solver's prompts: lease heartbeats, the progress log and gauges, a
+drain's backlog reports, and stopping these loops when the solver closes.
 
 Each loop outlives any one prompt and must never end a drain by itself: a failed
 heartbeat only lets a lease expire, a failed stats read only skips a gauge. The solver
@@ -10,16 +10,24 @@ does die is logged, not lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from airflow_llm_router import metrics
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.solver.outage import REDIS_DOWN
 
-__all__ = ["HELPER_STOP_S", "Progress", "keep_alive", "report", "stop_helpers"]
+__all__ = ["BACKLOG_REPORT_S", "BACKLOG_REPORT_TTL_S", "HELPER_STOP_S", "Progress",
+           "keep_alive", "report", "report_backlog", "stop_helpers"]
 
 log = logging.getLogger(__name__)
+
+#: How often a drain tells the engine how many tasks wait in its store, unclaimed (and for
+#: how long a report holds: a drain that died stops counting within that).
+BACKLOG_REPORT_S = 1.0
+BACKLOG_REPORT_TTL_S = 5.0
 
 
 @dataclass
@@ -100,3 +108,23 @@ async def stop_helpers(helpers: list[asyncio.Task[None]]) -> None:
     for task in pending:
         log.warning("solver loop %s did not stop within %.0f s of its cancellation; left "
                     "behind", task.get_name(), HELPER_STOP_S)
+
+
+async def report_backlog(router: AsyncRouterClient, source: str,
+                         count: Callable[[], Awaitable[int]], stop: asyncio.Event) -> None:
+    """Tell the engine, every :data:`BACKLOG_REPORT_S`, how many tasks wait in ``source``
+    unclaimed (``count()``): admission weighs a slower model against how long the whole
+    backlog would take, not only the requests waiting in it (``RouterAPI.report_backlog``).
+    A failed report is logged and tried again; the last one lapses by itself.
+
+    Ends once ``stop`` is set, cancelled or not: a call under way may swallow its
+    cancellation (seen in a loaded CI run: the loop went on reporting after the drain had
+    ended, and the drain waited for it for ever)."""
+    while not stop.is_set():
+        try:
+            await router.report_backlog(source, await count(), BACKLOG_REPORT_TTL_S)
+        except Exception as err:
+            log.warning("could not report the backlog to the router: %s: %s",
+                        type(err).__name__, err)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), BACKLOG_REPORT_S)

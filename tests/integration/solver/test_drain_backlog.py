@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from types import SimpleNamespace
 
 import pytest
 import redis
@@ -15,14 +14,7 @@ import redis
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import RouterSettings
-from airflow_llm_router.solver.drain import (
-    BACKLOG_REPORT_TTL_S,
-    DrainState,
-    _Draining,
-    report_backlog,
-)
-from airflow_llm_router.solver.settings import DrainSettings
-from airflow_llm_router.solver.upkeep import stop_helpers
+from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_TTL_S, report_backlog, stop_helpers
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
@@ -90,11 +82,12 @@ async def test_the_backlog_reporter_stops_when_its_cancellation_is_swallowed(
 ) -> None:
     client = SwallowsCancellation.from_url(redis_url, RouterSettings(namespace=namespace))
     client.inside = asyncio.Event()
-    d = _Draining(store, DrainSettings(), "reporter-under-test", time.time() + 60,
-                  DrainState(started=time.time()))
     stop = asyncio.Event()
-    holder = SimpleNamespace(router=client)  # what the reporter reads of its solver
-    reporter = asyncio.create_task(report_backlog(d, holder, stop))  # type: ignore[arg-type]
+
+    async def count() -> int:
+        return await asyncio.to_thread(store.backlog_size)
+
+    reporter = asyncio.create_task(report_backlog(client, f"{pg_schema}.tasks", count, stop))
     try:
         await asyncio.wait_for(client.inside.wait(), 10)
         stop.set()  # as the drain ends: the stop, then the cancellation, mid-report

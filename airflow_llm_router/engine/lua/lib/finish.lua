@@ -123,12 +123,8 @@ local HORIZON_STEPS = 10  -- bisections: a window's 1/1024th
 local function backlog_horizon()
   if HORIZON then return HORIZON end
   HORIZON = 0
-  local raw, n, live = redis.call('HGETALL', K_BACKLOG), 0, false
-  for k = 2, #raw, 2 do
-    local c, until_ms = string.match(raw[k], '^(%d+):(%d+)$')
-    if c and tonumber(until_ms) > NOW then n, live = n + tonumber(c), true end
-  end
-  if not live then return HORIZON end
+  local n, live = backlog_reports(false)  -- lib/reports.lua
+  if live == 0 then return HORIZON end
   n = n + redis.call('ZCARD', K_WAITERS)
   local cap = backlog_capacity()
   if cap(0) >= n then return HORIZON end
