@@ -92,4 +92,5 @@ def test_drain_with_faults_loses_nothing(
             assert row.answer and row.model
         else:
             assert row.last_error  # dead-lettered with its error
-    assert stats["totals"]["rejected_429"] == 0
+    assert stats["totals"]["rejected_429"] == 0, {
+        name: model["violations"] for name, model in stats["models"].items()}
