@@ -100,7 +100,7 @@ def encode_request(r: AdmitRequest) -> list[Any]:
 
 def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
     """The admit script's optional fields after the models, as short as they can be:
-    the kind (null: none), the budget choice (1: wait), the hop (ms)."""
+    the kind (null: none), the budget choice (1: wait), the hop (ms), hedging (1)."""
     if r.kind is not None:
         problem = kind_problem(r.kind)
         if problem:
@@ -109,7 +109,10 @@ def _optional_tail(r: AdmitRequest) -> list[str | int | None]:
     if not whole_number(r.hop_ms) or not 0 <= r.hop_ms <= MAX_HOP_MS:
         raise ValueError(f"hop_ms: {r.hop_ms!r} is not a whole number of ms between 0 and "
                          f"{MAX_HOP_MS}")
-    tail: list[str | int | None] = [r.kind, 1 if r.on_budget == "wait" else 0, r.hop_ms]
+    if not isinstance(r.hedges_late, bool):
+        raise ValueError(f"hedges_late: {r.hedges_late!r} is not True or False")
+    tail: list[str | int | None] = [r.kind, 1 if r.on_budget == "wait" else 0, r.hop_ms,
+                                    1 if r.hedges_late else 0]
     while tail and not tail[-1]:
         tail.pop()
     return tail

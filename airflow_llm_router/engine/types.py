@@ -144,6 +144,13 @@ class AdmitRequest:
         over the limit. The HTTP API sets it for every ``/schedule``
         (:attr:`RouterSettings.http_hop_ms`): the answer travels back to the caller before
         the call is sent. 0 (the default) for a caller that sends its call at once.
+    :param hedges_late: the caller hedges a late call: once it runs past
+        :attr:`Admission.late_after_s` (and nothing of its backlog is left to admit), it
+        sends the prompt to another allowed model as well and keeps the first answer (the
+        drain's solver does, with ``hedge_late_calls``). With ``wait_for_faster``, the
+        engine then judges a slow model by its late point plus a fast model's call, not by
+        its 99th percentile, so slow models take work closer to the backlog's end
+        (docs/engine.md, "Finish-time choice").
     """
 
     estimated_tokens: int | None = None
@@ -156,6 +163,7 @@ class AdmitRequest:
     kind: str | None = None
     on_budget: OnBudget = "overflow"
     hop_ms: int = 0
+    hedges_late: bool = False
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ class Solver:
                 estimated_output_tokens=cap, models=item.models, ordered=item.ordered,
                 priority=item.priority,
                 request_id=f"{item.request_id}:{self.run_mark}:{calls + 1}",
-                kind=item.kind, on_budget=item.on_budget)
+                kind=item.kind, on_budget=item.on_budget,
+                hedges_late=self.settings.hedge_late_calls)
             asked = time.monotonic()
             try:
                 lease = await self.admitter.admit(request, max(0.0, self._left()))

@@ -4,7 +4,8 @@
 --                [models] or 0 for any, kind (optional, null), on budget 1: wait (optional:
 --                over its budget, an ordered request's model is not passed: lib/budget.lua),
 --                hop ms (optional: the call may reach the backend this long after its
---                admission, beyond the guard: its window entry counts from then)
+--                admission, beyond the guard: its window entry counts from then),
+--                hedges 1 (optional: the caller hedges late calls: lib/finish.lua)
 --               ], ...]  (tokens are estimates
 --                until complete; tokens and output -1: input + the chosen model's learned
 --                output, for the kind if given; the lease records the kind: lib/kinds.lua)
@@ -99,7 +100,7 @@ local function decide(req)
   local pool = {}
   for k, m in ipairs(names) do pool[k] = m end
   local order, lat, mean, group = nil, nil, nil, nil
-  if fair then order, lat, mean, group = finish_order(names) end
+  if fair then order, lat, mean, group = finish_order(names, req.hedge) end
   -- soonest: the earliest likely finish (ms from now) among the models tried
   local rank, queued, best, reason, on = nil, false, nil, nil, nil
   local soonest, soon_m = nil, nil
@@ -171,7 +172,7 @@ for k, r in ipairs(reqs) do
   if type(r[8]) == 'string' then kind = r[8] end
   out[k] = decide({rid = r[1], hot = r[2] == 1, s = r[3], i = r[4], o = r[5],
                    ordered = r[6] == 1, ms = ms, k = kind, bw = r[9] == 1,
-                   lead = tonumber(r[10]) or 0})
+                   lead = tonumber(r[10]) or 0, hedge = r[11] == 1})
 end
 for _, st in pairs(STATE) do model_flush(st) end
 history_admitted(STATE, ADMITTED, model_view)

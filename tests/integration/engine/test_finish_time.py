@@ -328,6 +328,36 @@ def test_a_short_backlog_still_waits_for_the_fast_model(patient: RouterClient) -
     assert isinstance(patient.admit(100), Wait)
 
 
+def _hedging(router: RouterClient, hedges: bool) -> Admission | Wait:
+    got = router.admit_many([AdmitRequest(estimated_tokens=100, hedges_late=hedges)])[0]
+    assert isinstance(got, (Admission, Wait)), got
+    return got
+
+
+def test_a_caller_that_hedges_takes_a_slow_model_closer_to_the_backlogs_end(
+    patient: RouterClient,
+) -> None:
+    """8 tasks behind: the pair starts them within 20 s (fast frees its 2 in 10 s, then 4
+    a window), and a fast call then ends 3.5 s later. The slow model's 99th percentile
+    (28 s) ends after that, so a caller that does not hedge waits; its late point (8 s
+    mean and two deviations: 16 s) plus a fast call (3.5 s) ends before it, so a caller
+    that hedges its late calls takes the slow model."""
+    _scarce_pair(patient)
+    assert [_model(patient) for _ in range(2)] == ["fast", "fast"]
+    patient.report_backlog("store.tasks", 8)
+    assert isinstance(_hedging(patient, False), Wait)
+    got = _hedging(patient, True)
+    assert isinstance(got, Admission) and got.model == "slow", got
+    # judged so only while the backlog lasts: with nothing behind it waits again
+    patient.report_backlog("store.tasks", 0)
+    assert isinstance(_hedging(patient, True), Wait)
+
+
+def test_a_bad_hedging_flag_is_refused_naming_the_field(router: RouterClient) -> None:
+    with pytest.raises(ValueError, match=r"^hedges_late: 1 is not True or False"):
+        router.admit_many([AdmitRequest(estimated_tokens=1, hedges_late=1)])  # type: ignore[arg-type]
+
+
 def test_a_backlog_report_lapses_unless_renewed(
     patient: RouterClient, raw: redis.Redis, namespace: str,
 ) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import airflow.configuration  # noqa: F401 (Airflow's logging set-up before caplog's)
@@ -212,3 +213,46 @@ async def test_hedging_can_be_turned_off(namespace: str, redis_url: str) -> None
         backend.let_go()
     assert result.answer == "from sticky" and not result.hedged
     assert backend.calls["quick"] == 0
+
+
+async def _choice_behind_a_backlog(namespace: str, redis_url: str, url: str,
+                                   hedge: bool) -> SolveResult:
+    """One prompt allowing "fast" and "slow", solved by a solver that may wait for a faster
+    model, while "fast" is full for its 4 s window and 6 tasks are reported behind it: the
+    pair starts them by about 6 s from now, and a fast call ends 0.7 s later. "slow"'s
+    99th percentile (2 s mean and five deviations: 7 s) ends after that; its late point
+    (4 s) plus a fast call ends before it."""
+    router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace,
+                                                                  wait_for_faster=True))
+    pair = {"rpm": 2, "window_s": 4, "tpm": 10**6, "max_concurrency": 100}
+    try:
+        await router.set_quota("fast", {**pair, "expected_latency_s": 0.2})
+        await router.set_quota("slow", {**pair, "expected_latency_s": 2.0})
+        for _ in range(2):
+            assert (await router.admit(10, models=["fast"])).model == "fast"  # type: ignore[union-attr]
+        await router.report_backlog("store.tasks", 6, ttl_s=60)
+        config = BackendConfig(base_url=url, timeout_s=LIMIT_S)
+        async with (await http_client(config, 4) as http,
+                    solving(router, http, config,
+                            SolveSettings(max_in_flight=1, hedge_late_calls=hedge),
+                            time.time() + LIMIT_S) as solver):
+            (result,) = await asyncio.wait_for(
+                solve_items(solver, [replace(_item("1", "fast", "slow"), ordered=False)]),
+                LIMIT_S)
+        return result
+    finally:
+        await router.aclose()
+
+
+async def test_a_solver_that_hedges_tells_the_engine_so(namespace: str,
+                                                        redis_url: str) -> None:
+    """The engine judges a slow model by its late point plus a fast call only for a caller
+    that hedges (lib/finish.lua): the hedging solver's prompt takes "slow" at once, the
+    other's waits for "fast" to free."""
+    backend = Sticky()
+    with serve(backend.answer) as server:
+        hedged = await _choice_behind_a_backlog(namespace, redis_url, server.url, True)
+        waited = await _choice_behind_a_backlog(namespace + "-off", redis_url, server.url,
+                                                False)
+    assert hedged.status == "solved" and hedged.model == "slow", hedged
+    assert waited.status == "solved" and waited.model == "fast", waited

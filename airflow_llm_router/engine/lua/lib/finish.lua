@@ -146,14 +146,35 @@ end
 -- them the weighted fair share decides, as it does without latencies.
 local FINISH_TIER = 1.5
 
+-- A caller that hedges late calls (the request's `hedge`: solver/hedging.py) sends a
+-- call's prompt to another model as well once the call is late, when nothing of its
+-- backlog is left to admit: the calls that could end a backlog are hedged. Such a call
+-- ends by the sooner of its own end and its late point plus a call on the fastest
+-- candidate, so a slow model is judged by that (the fastest's likely latency past the slow
+-- model's late point), not by its own 99th percentile: a straggler that would have ended
+-- the backlog costs one hedge, not the backlog its excess. Slow models then take calls
+-- until their late point, not their 99th percentile, is past the backlog's horizon.
+local function hedged_latency(lat, order)
+  local fast = nil
+  for _, m in ipairs(order) do
+    if not fast or lat[m] < fast then fast = lat[m] end
+  end
+  local out = {}
+  for _, m in ipairs(order) do
+    out[m] = math.min(lat[m], latency_at(model_view(m), HEDGE_SPREAD) + fast)
+  end
+  return out
+end
+
 -- The likely and mean latencies of a list of candidates and each one's group (its fastest
 -- member's likely latency), or false when the fair share decides alone: fewer than two
--- candidates, or one without any latency estimate. They depend only on the list and the
--- estimates (read once per script call), so every any-model request of a batch shares one
--- computation (cached by the list: model_names() returns the same table each time).
-local TIERS = {}
-local function finish_tiers(names)
-  local t = TIERS[names]
+-- candidates, or one without any latency estimate. They depend only on the list, whether
+-- the caller hedges and the estimates (read once per script call), so every any-model
+-- request of a batch shares one computation (cached by the list: model_names() returns
+-- the same table each time).
+local TIERS = {[true] = {}, [false] = {}}
+local function finish_tiers(names, hedge)
+  local t = TIERS[hedge][names]
   if t ~= nil then return t end
   t = false
   if #names >= 2 then
@@ -165,6 +186,7 @@ local function finish_tiers(names)
       if not l then order = nil break end
       lat[m], mean[m], order[k] = l, u, m
     end
+    if order and hedge then lat = hedged_latency(lat, order) end
     if order then
       table.sort(order, function(a, b)
         if lat[a] ~= lat[b] then return lat[a] < lat[b] end
@@ -178,15 +200,15 @@ local function finish_tiers(names)
       t = {lat = lat, mean = mean, group = group}
     end
   end
-  TIERS[names] = t
+  TIERS[hedge][names] = t
   return t
 end
 
 -- The candidates in the order to try them (likeliest to finish first, each group of
 -- equally fast ones in fair share order, which moves with every admission), their likely
 -- and mean latencies and their group's, or nil when the fair share decides alone.
-local function finish_order(names)
-  local t = finish_tiers(names)
+local function finish_order(names, hedge)
+  local t = finish_tiers(names, hedge)
   if not t then return nil end
   local lat, group, order = t.lat, t.group, {}
   for k, m in ipairs(names) do order[k] = m end
