@@ -16,7 +16,9 @@ asked, and prints per run:
 - the last answers: each one's model, when its call was sent and how long it took (the
   prompt's drawn latency there), to see what ended the run;
 - each model's calls per window (from the backend's timeline), against its rpm, and per
-  second in ``runs.json`` (from the backend's reset, the first call's second included).
+  second in ``runs.json`` (from the backend's reset, the first call's second included),
+  and per 50 ms over the first 3 s from the first call (``calls_first_3s``: the first
+  window's burst).
 
 The router's settings are the benchmarks' (``wait_for_faster``). ``--root`` runs another
 checkout's provider (``git worktree add /tmp/base main``), so two versions can be
@@ -161,10 +163,20 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                              if any(v["requests"])},
         "calls_per_second": {m: v["requests"] for m, v in second["models"].items()
                              if any(v["requests"])},
+        "calls_first_3s": _start(fine, first),
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in finals),
         "events": [e.get("status") for e in finals],
         "fired": events.fired,
     }
+
+
+def _start(fine: dict[str, Any], first_s: float) -> dict[str, list[int]]:
+    """Each model's calls per :data:`FIRST_CALL_BUCKET_S` over the run's first 3 s (from
+    its first call): how fast the first window's burst went out."""
+    k = round(first_s / FIRST_CALL_BUCKET_S)
+    n = round(3.0 / FIRST_CALL_BUCKET_S)
+    return {m: v["requests"][k:k + n] for m, v in fine["models"].items()
+            if any(v["requests"][k:k + n])}
 
 
 class _Events(threading.Thread):
