@@ -218,10 +218,11 @@ class Solver:
                      late_model: str, sent: list[str]) -> tuple[CallResult, str] | None:
         """The second call of a late prompt, on one of ``models`` (the engine's choice, or
         the prompt's order), its model added to ``sent`` once admitted; None if it was
-        not admitted."""
+        not admitted. A hedge is not hedged in turn (one per call), so its admission does
+        not say that it hedges (``hedges_late``)."""
         hedge = replace(request, models=models,
                         ordered=item.ordered and item.models is not None,
-                        request_id=f"{request.request_id}:hedge")
+                        request_id=f"{request.request_id}:hedge", hedges_late=False)
         self.hedges_waiting += 1
         try:
             lease = await self.admitter.admit(hedge, max(0.0, self._left()))
