@@ -100,6 +100,12 @@ class _Model:
         self.tokens = 0  # real tokens in the window
         self.counted = 0  # the scheduler's count of them
         self.flying: list[_Call] = []  # heap by real end
+        # The concurrency wait depends only on the time, the calls in flight and whose
+        # count is asked; at one moment every waiting prompt asks it of every model it
+        # allows, so it is kept until a send or an end changes the calls in flight
+        # (sorting every flying call's end per ask was most of the schedule's time).
+        self._flights = 0  # bumped whenever `flying` changes
+        self._slot: tuple[float, int, bool, int, float] | None = None
 
     def expire(self, t: float) -> None:
         """Drop the sends that left the window and the calls that ended by ``t``; an ended
@@ -111,6 +117,7 @@ class _Model:
             self.counted -= call.counted
         while self.flying and self.flying[0].end <= t + _EPS:
             call = heapq.heappop(self.flying)
+            self._flights += 1
             if call.sent > t - w + _EPS:
                 self.counted += call.tokens - call.counted
             call.counted = call.tokens
@@ -138,11 +145,21 @@ class _Model:
                 s = max(s, self.window[j - 1].sent + w)
         cap = limits.max_concurrency
         if cap is not None and len(self.flying) >= cap:
-            ends = [c.end if real else c.expected_end(t) for c in self.flying]
-            s = max(s, heapq.nsmallest(len(ends) - cap + 1, ends)[-1])
+            s = max(s, self._slot_free(t, cap, real))
         if s > t + _EPS:  # the limits in force then may differ: ask again from there
             return s if self.instance.change_at_s is None else max(s, self._recheck(s, tokens))
         return t
+
+    def _slot_free(self, t: float, cap: int, real: bool) -> float:
+        """When, as seen at ``t``, enough calls in flight have ended to leave fewer than
+        ``cap`` (at least ``cap`` are in flight)."""
+        key = (t, self._flights, real, cap)
+        if self._slot is not None and self._slot[:4] == key:
+            return self._slot[4]
+        ends = [c.end if real else c.expected_end(t) for c in self.flying]
+        free = heapq.nsmallest(len(ends) - cap + 1, ends)[-1]
+        self._slot = (*key, free)
+        return free
 
     def _recheck(self, s: float, tokens: int) -> float:
         limits = self.instance.limits_at(self.name, s)
@@ -158,6 +175,7 @@ class _Model:
         self.tokens += call.tokens
         self.counted += call.counted
         heapq.heappush(self.flying, call)
+        self._flights += 1
         return call.end
 
     def next_change(self) -> float:
