@@ -44,9 +44,14 @@ end
 -- answer and abandon the other (solver/hedging.py): a straggler that ends a backlog costs
 -- it its whole excess, a second call costs one call.
 local HEDGE_SPREAD = 2
+-- A model's late point (ms), or nil when nothing is known of its latency.
+local function late_point(view)
+  return latency_at(view, HEDGE_SPREAD)
+end
+
 local function late_after(m)
   local view = model_view(m)
-  local late = view and latency_at(view, HEDGE_SPREAD)
+  local late = view and late_point(view)
   return late and int(late) or -1
 end
 
@@ -161,7 +166,7 @@ local function hedged_latency(lat, order)
   end
   local out = {}
   for _, m in ipairs(order) do
-    out[m] = math.min(lat[m], latency_at(model_view(m), HEDGE_SPREAD) + fast)
+    out[m] = math.min(lat[m], late_point(model_view(m)) + fast)
   end
   return out
 end
