@@ -14,22 +14,28 @@ a 429 for 33 calls in flight on a model of 32, when the loser was cancelled and 
 lease released at once). A hedge still waiting for admission is withdrawn. The cost: one
 call more, paid for, for the few prompts that run late at the end.
 
-The policy (which models, whether the solver is idle) is the solver's
-(:meth:`~airflow_llm_router.solver.runner.Solver._call_or_hedge`); here are the two waits.
+Whether the solver is idle is the solver's to say
+(:meth:`~airflow_llm_router.solver.runner.Solver._call_or_hedge`); here are the two waits
+and the models a hedge may go to (:class:`HedgeTargets`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from airflow_llm_router.backend import CallResult
+from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.solver.outage import REDIS_DOWN
 
-__all__ = ["RECHECK_S", "first_answer", "late_and_idle"]
+__all__ = ["MODEL_NAMES_TTL_S", "RECHECK_S", "HedgeTargets", "first_answer", "late_and_idle"]
 
 #: How often a late call whose solver is busy looks again whether it may be hedged.
 RECHECK_S = 0.25
+#: How long a solver keeps the list of models a hedge of an any-model prompt may go to.
+MODEL_NAMES_TTL_S = 10.0
 
 T = TypeVar("T")
 
@@ -76,3 +82,26 @@ async def first_answer(
         for task in (first, second):
             task.cancel()
         raise
+
+
+class HedgeTargets:
+    """The models a hedge may go to: those its prompt allows but the late call's model;
+    for a prompt that allows any, every model's name, read from the router when needed
+    and kept :data:`MODEL_NAMES_TTL_S`."""
+
+    def __init__(self, router: AsyncRouterClient) -> None:
+        self._router = router
+        self._names: tuple[float, tuple[str, ...]] = (-float("inf"), ())
+
+    async def others(self, allowed: tuple[str, ...] | None, model: str) -> tuple[str, ...]:
+        """The models but ``model`` of ``allowed`` (None: any); none while Redis is down."""
+        if allowed is not None:
+            return tuple(m for m in allowed if m != model)
+        read_at, names = self._names
+        if time.monotonic() - read_at > MODEL_NAMES_TTL_S:
+            try:
+                names = tuple(sorted(await self._router.get_quotas()))
+            except REDIS_DOWN:
+                return ()
+            self._names = (time.monotonic(), names)
+        return tuple(m for m in names if m != model)

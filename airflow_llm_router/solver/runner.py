@@ -7,9 +7,9 @@ a 5xx or timeout after a backoff. Live leases are heartbeated together, not one 
 
 The Solver's per-prompt steps (attempts, call, hedge, settle) share its state, so they stay
 in one module; the loops that run beside them (heartbeats, progress, stopping) are in
-:mod:`airflow_llm_router.solver.upkeep`, the hedge's waits in
+:mod:`airflow_llm_router.solver.upkeep`, the hedge's waits and targets in
 :mod:`~airflow_llm_router.solver.hedging` and batched sends in
-:mod:`~airflow_llm_router.solver.sending`. At about 350 lines it is not split further: the
+:mod:`~airflow_llm_router.solver.sending`. At about 340 lines it is not split further: the
 next piece that could leave, settling a lease (with its fallback to a bare outcome), is
 about 40 lines that read the Solver's router, outage budget and set of pending
 settlements, and the close in :func:`solving` waits on that set; moved out, it would take
@@ -40,7 +40,7 @@ from airflow_llm_router.engine.core import Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
-from airflow_llm_router.solver.hedging import first_answer, late_and_idle
+from airflow_llm_router.solver.hedging import HedgeTargets, first_answer, late_and_idle
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
@@ -51,9 +51,6 @@ from airflow_llm_router.tokens import count_input_tokens
 __all__ = ["Solver", "solve_items", "solving"]
 
 log = logging.getLogger(__name__)
-
-#: How long a solver keeps the list of models a hedge of an any-model prompt may go to.
-MODEL_NAMES_TTL_S = 10.0
 
 
 class Solver:
@@ -84,8 +81,7 @@ class Solver:
         self.hedges_waiting = 0
         #: calls that lost a hedge's race, running on to their end (see _call_or_hedge)
         self.stragglers: set[asyncio.Task[Any]] = set()
-        #: every model's name, for a hedge of a prompt that allows any (read when needed)
-        self._names: tuple[float, tuple[str, ...]] = (-float("inf"), ())
+        self.hedge_targets = HedgeTargets(router)
 
     def _left(self) -> float:
         return self.deadline - time.time()
@@ -177,7 +173,7 @@ class Solver:
         try:
             if not await late_and_idle(first, late, self._may_hedge):
                 return await first, lease.model, 0
-            others = await self._other_models(item, lease.model)
+            others = await self.hedge_targets.others(item.models, lease.model)
             if not others:
                 return await first, lease.model, 0
             sent: list[str] = []  # the hedge's model, once it is admitted
@@ -200,19 +196,6 @@ class Solver:
         admission (hedges aside: they would take capacity a waiting prompt needs), and
         new calls may still start."""
         return self.admitter.waiting <= self.hedges_waiting and self._left() > 0
-
-    async def _other_models(self, item: SolveItem, model: str) -> tuple[str, ...]:
-        """The models a hedge of ``item`` may go to: those it allows but ``model``."""
-        if item.models is not None:
-            return tuple(m for m in item.models if m != model)
-        read_at, names = self._names
-        if time.monotonic() - read_at > MODEL_NAMES_TTL_S:
-            try:
-                names = tuple(sorted(await self.router.get_quotas()))
-            except REDIS_DOWN:
-                return ()
-            self._names = (time.monotonic(), names)
-        return tuple(m for m in names if m != model)
 
     async def _hedge(self, item: SolveItem, request: AdmitRequest, models: tuple[str, ...],
                      late_model: str, sent: list[str]) -> tuple[CallResult, str] | None:
