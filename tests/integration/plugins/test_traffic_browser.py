@@ -11,6 +11,7 @@ like the quota page's browser test. ``LLMR_SCREENSHOT_DIR=docs/img`` re-makes
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -105,6 +106,12 @@ def chart_state(driver: WebDriver) -> dict[str, Any]:
     """)
 
 
+def per_mille(value: int, limit: int) -> int:
+    """``value / limit`` in tenths of a percent, rounded as the chart's ``Math.round`` does:
+    halves up (Python's ``round`` sends 892.5 to 892, the chart to 893)."""
+    return math.floor(1000 * value / limit + 0.5)
+
+
 def test_the_chart_shows_the_traffic_the_engine_recorded(
         ui: QuotaUiStack, tokens: dict[str, str], browser: WebDriver,  # noqa: F811
         tmp_path: Path) -> None:
@@ -140,9 +147,9 @@ def test_the_chart_shows_the_traffic_the_engine_recorded(
         if bucket is None or bucket.requests is None:
             continue
         drawn += 1
-        assert requests_pct == round(1000 * bucket.requests / bucket.rpm) / 10
-        assert tokens_pct == round(1000 * bucket.tokens / bucket.tpm) / 10
-        assert conc_pct == round(1000 * bucket.in_flight / bucket.max_concurrency) / 10
+        assert requests_pct == per_mille(bucket.requests, bucket.rpm) / 10
+        assert tokens_pct == per_mille(bucket.tokens, bucket.tpm) / 10
+        assert conc_pct == per_mille(bucket.in_flight, bucket.max_concurrency) / 10
         # admission never let the window exceed the target (it held entries admitted
         # under the rpm of 40 for one window after the rpm was lowered to 30)
         assert bucket.requests <= QUOTA["rpm"]
