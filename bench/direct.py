@@ -18,7 +18,9 @@ asked, and prints per run:
 - each model's calls per window (from the backend's timeline), against its rpm, and per
   second in ``runs.json`` (from the backend's reset, the first call's second included),
   and per 50 ms over the first 3 s from the first call (``calls_first_3s``: the first
-  window's burst).
+  window's burst);
+- the CPU the run took in the private Redis (the engine's scripts) and in the drains'
+  process (``cpu_s``).
 
 The router's settings are the benchmarks' (``wait_for_faster``). ``--root`` runs another
 checkout's provider (``git worktree add /tmp/base main``), so two versions can be
@@ -45,13 +47,16 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # after PYTHONPATH: a --root run's checkout comes first
     sys.path.append(str(ROOT))
 
 from bench.common import DEFAULT_DSN, drain_once, guarded, private_services, results_dir  # noqa: E402
+
+if TYPE_CHECKING:
+    from airflow_llm_router.engine.client import RouterClient
 
 RESULTS = ROOT / "bench" / "results"
 #: Bucket of the backend's timeline used to find the first call (s).
@@ -120,6 +125,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         seed_store(store, workload.initial)
         with httpx.Client(base_url=sim.url, timeout=60) as http:
             http.post("/stats/reset").raise_for_status()
+            redis_cpu = _redis_cpu_s(router)
+            own_cpu = time.process_time()
             started = time.time()
             events = _Events(sim.url, workload, profile,
                              lambda model, quota: quotas.put(model, quota, actor="bench.direct"),
@@ -136,6 +143,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
 
             finals = asyncio.run(drains())
             ended = time.time() - started
+            cpu = {"redis": round(_redis_cpu_s(router) - redis_cpu, 2),
+                   "drains": round(time.process_time() - own_cpu, 2)}
             events.stop()
             stats = http.get("/stats").json()
             fine = http.get("/timeline", params={"bucket_s": FIRST_CALL_BUCKET_S}).json()
@@ -165,9 +174,17 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                              if any(v["requests"])},
         "calls_first_3s": _start(fine, first),
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in finals),
+        "cpu_s": cpu,
         "events": [e.get("status") for e in finals],
         "fired": events.fired,
     }
+
+
+def _redis_cpu_s(router: RouterClient) -> float:
+    """The private Redis server's CPU so far (user + system, its own ``INFO cpu``): the
+    engine's share of a run, beside the drains' process (``cpu_s`` in ``runs.json``)."""
+    info = router.redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _start(fine: dict[str, Any], first_s: float) -> dict[str, list[int]]:
@@ -305,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
             print(f"run {k + 1}: makespan {run['makespan_s']} s from the first call to the "
                   f"last answer (drains returned at {run['wall_s']} s), 429s {run['rejected_429']} "
-                  f"{run['violations'] or ''}, hedged {run['hedged']}", flush=True)
+                  f"{run['violations'] or ''}, hedged {run['hedged']}, CPU "
+                  f"{run.get('cpu_s') or '?'} s", flush=True)
             for e in run.get("fired") or []:
                 if "error" in e:
                     print(f"  {e['event']} at {e['at_s']} s FAILED: {e['error']}", flush=True)

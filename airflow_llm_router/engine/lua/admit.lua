@@ -29,17 +29,20 @@ end
 
 -- This call's new leases and request ids, written with one HSET each at the end.
 local NEW_LEASES, NEW_RIDS, ADMITTED = {}, {}, {}
+-- Requests told to wait, by the model whose wait they were given: counted once per call.
+local WAITED = {}
 -- Lease numbers come from K_SEQ in one block per call: LEFT is how many requests of the
--- call are still undecided, so the block never runs short.
-local SEQ_NEXT, SEQ_LAST, LEFT = 1, 0, 0
+-- call are still undecided, so the block never runs short. (One table for the block's
+-- ends: the scripts share Lua's 200 locals of one chunk.)
+local SEQ, LEFT = {next = 1, last = 0}, 0
 
 local function next_lease_no()
-  if SEQ_NEXT > SEQ_LAST then
-    SEQ_LAST = redis.call('INCRBY', K_SEQ, LEFT)
-    SEQ_NEXT = SEQ_LAST - LEFT + 1
+  if SEQ.next > SEQ.last then
+    SEQ.last = redis.call('INCRBY', K_SEQ, LEFT)
+    SEQ.next = SEQ.last - LEFT + 1
   end
-  SEQ_NEXT = SEQ_NEXT + 1
-  return SEQ_NEXT - 1
+  SEQ.next = SEQ.next + 1
+  return SEQ.next - 1
 end
 
 local function reuse(req)
@@ -70,7 +73,7 @@ local function reserve(st, req)
   end
   st.n, st.s, st.i, st.o = st.n + 1, st.s + need.s, st.i + need.i, st.o + need.o
   st.live = st.live + 1
-  st.head = nil
+  st.head, st.slot = nil, nil
   model_add(st, lid, need, req.lead)
   local cost = budget_reserve(st.m, model_view(st.m).q, need)  -- lib/budget.lua
   NEW_LEASES[#NEW_LEASES + 1] = lid
@@ -97,10 +100,13 @@ local function decide(req)
     end
   end
   local fair = not (req.ordered and req.ms)
-  local pool = {}
-  for k, m in ipairs(names) do pool[k] = m end
   local order, lat, mean, group = nil, nil, nil, nil
   if fair then order, lat, mean, group = finish_order(names, req.hedge) end
+  -- the fair share's pool (next_fair takes from it), when it decides alone
+  local pool = {}
+  if fair and not order then
+    for k, m in ipairs(names) do pool[k] = m end
+  end
   -- soonest: the earliest likely finish (ms from now) among the models tried
   local rank, queued, best, reason, on = nil, false, nil, nil, nil
   local soonest, soon_m = nil, nil
@@ -132,7 +138,8 @@ local function decide(req)
         local st = load_model(m)
         if not rank then rank, queued = waiter_rank(req.rid, req.hot) end
         local need = need_for(st, req)
-        local wait, w = blocked(st, need, held_back(m, rank, req.rid, req.hot))
+        local wait, w = blocked(st, need,
+                                function() return held_back(m, rank, req.rid, req.hot) end)
         if wait == 0 then wait, w = budget_wait(m, view.q, need) end
         if wait == 0 then
           local lid = reserve(st, req)
@@ -158,7 +165,7 @@ local function decide(req)
     if why.too_costly then return {'E', 'too_costly', why.too_costly} end
     return {'E', 'all_disabled', ''}
   end
-  redis.call('HINCRBY', K_STATS, on .. '|waited', 1)
+  WAITED[on] = (WAITED[on] or 0) + 1
   waiter_add(req.rid, rank, finish_waits_for(req, soon_m), best)
   return {'W', best, reason}
 end
@@ -175,6 +182,7 @@ for k, r in ipairs(reqs) do
                    lead = tonumber(r[10]) or 0, hedge = r[11] == 1})
 end
 for _, st in pairs(STATE) do model_flush(st) end
+for m, n in pairs(WAITED) do redis.call('HINCRBY', K_STATS, m .. '|waited', n) end
 history_admitted(STATE, ADMITTED, model_view)
 budget_flush()
 if #NEW_LEASES > 0 then

@@ -39,11 +39,19 @@ local function window_wait(st, field, excess)
   return MAX_WAIT
 end
 
+-- Kept for the call in st.slot (NOW does not move within it) until an admission on the
+-- model adds a lease (admit.lua's reserve clears it): every waiter re-decided on a full
+-- model asks the same.
 local function slot_wait(st)
+  if st.slot then return st.slot end
   model_flush(st)
   local first = redis.call('ZRANGE', K_LIVE(st.m), 0, 0, 'WITHSCORES')
-  if #first == 0 then return 1 end
-  return math.max(1, math.min(MAX_WAIT, tonumber(first[2]) - NOW))
+  if #first == 0 then
+    st.slot = 1
+  else
+    st.slot = math.max(1, math.min(MAX_WAIT, tonumber(first[2]) - NOW))
+  end
+  return st.slot
 end
 
 -- Before a model's first answer the engine's output estimate is only the quota's prior
@@ -62,8 +70,11 @@ local function model_cold(st)
   return st.cold
 end
 
--- Returns 0 when the request fits now; otherwise (wait ms, reason).
-local function blocked(st, need, res)
+-- Returns 0 when the request fits now; otherwise (wait ms, reason). `hold` gives the
+-- capacity held back for the waiters ahead (lib/waiters.lua); it is asked only once the
+-- model has a free slot, since a full model gives the same answer whatever is held back,
+-- and with hundreds of waiters re-decided on every release most models are full.
+local function blocked(st, need, hold)
   local q = st.q
   if st.cool > NOW then return st.cool - NOW, 'cooldown' end
   if st.recover_until and st.share <= 0 then return st.recover_until - NOW, 'recovery' end
@@ -72,6 +83,8 @@ local function blocked(st, need, res)
     model_flush(st)
     if redis.call('ZSCORE', K_LIVE(st.m), st.probe) then return MAX_WAIT, 'breaker' end
   end
+  if st.live + 1 > q.conc then return slot_wait(st), 'concurrency' end
+  local res = hold()
   if st.live + 1 + res.n > q.conc then return slot_wait(st), 'concurrency' end
   if st.n + 1 + res.n > q.rpm then
     return window_wait(st, 'n', st.n + 1 + res.n - q.rpm), 'rpm'

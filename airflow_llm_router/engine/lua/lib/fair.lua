@@ -7,7 +7,8 @@ local FAIR = nil
 
 local function fair_load()
   if FAIR then return FAIR end
-  FAIR = {tags = {}, changed = {}}
+  -- n: admissions charged in this call (finish_order's sort holds until the next one)
+  FAIR = {tags = {}, changed = {}, n = 0}
   local raw = redis.call('HGETALL', K_FAIR)
   for k = 1, #raw, 2 do FAIR.tags[raw[k]] = tonumber(raw[k + 1]) end
   FAIR.v = FAIR.tags['_V'] or 0
@@ -34,6 +35,7 @@ local function fair_charge(m, weight)
   f.v = start
   f.tags[m] = start + 1 / weight
   f.changed[m] = true
+  f.n = f.n + 1
 end
 
 local function fair_save()

@@ -63,11 +63,14 @@ end
 -- end at max_concurrency per mean latency (mean, ms).
 local function likely_wait(st, wait, reason, req, rank, queued, mean)
   if reason ~= 'concurrency' then return wait end
-  local ahead
-  if queued then
-    ahead = redis.call('ZRANK', K_WAITERS, req.rid) or 0
-  else
-    ahead = redis.call('ZCOUNT', K_WAITERS, '-inf', int(rank))
+  local ahead = req.ahead  -- the same for every model tried: counted once per request
+  if not ahead then
+    if queued then
+      ahead = redis.call('ZRANK', K_WAITERS, req.rid) or 0
+    else
+      ahead = redis.call('ZCOUNT', K_WAITERS, '-inf', int(rank))
+    end
+    req.ahead = ahead
   end
   return (ahead + 1) * mean / st.q.conc
 end
@@ -211,21 +214,28 @@ end
 
 -- The candidates in the order to try them (likeliest to finish first, each group of
 -- equally fast ones in fair share order, which moves with every admission), their likely
--- and mean latencies and their group's, or nil when the fair share decides alone.
+-- and mean latencies and their group's, or nil when the fair share decides alone. The
+-- order is kept with the tiers until the next admission moves the fair share: the
+-- requests that wait in a round (most of them, while every model is full) share one sort.
+-- Read only: callers must not change it.
 local function finish_order(names, hedge)
   local t = finish_tiers(names, hedge)
   if not t then return nil end
-  local lat, group, order = t.lat, t.group, {}
-  for k, m in ipairs(names) do order[k] = m end
+  local lat, group = t.lat, t.group
   local f = fair_load()
-  local function tag(m) return math.max(f.tags[m] or 0, f.v) end
-  table.sort(order, function(a, b)
-    local ga, gb = group[a], group[b]
-    if ga ~= gb then return ga < gb end
-    if tag(a) ~= tag(b) then return tag(a) < tag(b) end
-    return a < b
-  end)
-  return order, lat, t.mean, group
+  if t.sorted_at ~= f.n then
+    local order = {}
+    for k, m in ipairs(names) do order[k] = m end
+    local function tag(m) return math.max(f.tags[m] or 0, f.v) end
+    table.sort(order, function(a, b)
+      local ga, gb = group[a], group[b]
+      if ga ~= gb then return ga < gb end
+      if tag(a) ~= tag(b) then return tag(a) < tag(b) end
+      return a < b
+    end)
+    t.sorted, t.sorted_at = order, f.n
+  end
+  return t.sorted, lat, t.mean, group
 end
 
 -- The likely latency at or past which a candidate of group `g` is not worth trying: the

@@ -31,6 +31,8 @@ local function waiters_load()
         w.allow = allow
       end
       QUEUE[#QUEUE + 1] = w
+      -- whether any waiter may hold capacity back (held_back): hot, or starved
+      if w.h or NOW - w.f >= STARVE then QUEUE.holds = true end
     end
   end
   return QUEUE
@@ -53,6 +55,9 @@ end
 -- have starved (STARVE ms) hold back what they need, unbounded.
 local function held_back(m, rank, rid, hot)
   local res = {n = 0, s = 0, i = 0, o = 0}
+  -- with only bulk waiters that have not starved (a drain's usual queue), nothing is held
+  -- back: the loop below would find so for every waiter and model it is asked for
+  if not waiters_load().holds then return res end
   local st = STATE[m]
   local q = st.q
   local cap_n = math.ceil(HOT_SHARE * math.min(q.rpm, q.conc))
