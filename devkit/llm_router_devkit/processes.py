@@ -12,6 +12,7 @@ else would stop it, and a server does not end with its parent.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -32,13 +33,20 @@ class ChildExited(RuntimeError):
         self.log_tail = log_tail
 
 
-def log_tail(log: Path, lines: int = TAIL_LINES) -> str:
-    """The last ``lines`` lines of ``log`` ('' if there is none)."""
+#: how much of a log's end is read for its last lines (a component's log can be large)
+TAIL_BYTES = 200_000
+
+
+def log_tail(log: Path, lines: int = TAIL_LINES, width: int | None = None) -> str:
+    """The last ``lines`` lines of ``log`` ('' if there is none), each cut to ``width``
+    characters if given."""
     try:
-        text = log.read_text(errors="replace")
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+            text = f.read().decode(errors="replace")
     except FileNotFoundError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(line[:width] for line in text.splitlines()[-lines:])
 
 
 def start_child(command: Sequence[str], *, log: Path, ready: Callable[[int], bool],

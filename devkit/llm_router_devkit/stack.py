@@ -10,6 +10,8 @@ execution API at ``[api] base_url``, so host, port and base URL are set together
 
 Longer than most modules: starting, health-checking and stopping four Airflow processes
 (with their logs, ports and clean-up on every exit path) is one lifecycle, kept in one place.
+Reading processes from ``/proc``, and diagnosing a stop that needed SIGKILL, is
+:mod:`llm_router_devkit.stack_processes`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,19 @@ import httpx
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from llm_router_devkit.processes import log_tail
+from llm_router_devkit.stack_processes import (  # re-exported: callers import them from here
+    LOG_LINE_CHARS,
+    LOG_LINES,
+    descendants,
+    describe,
+    diagnose,
+    group_members,
+    local_executor_race,
+    parent_of,
+    render,
+)
 
 T = TypeVar("T")
 
@@ -128,65 +143,24 @@ class PgServer:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-# -- processes ----------------------------------------------------------------------------
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``, read from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # the process ended meanwhile
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces or parentheses.
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, their children, ...), read from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (parent := _parent(int(entry.name))) is not None:
-            children.setdefault(parent, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
-
-
-def describe(pids: list[int]) -> list[str]:
-    """``pid: command line`` of each process."""
-    out = []
-    for pid in pids:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            cmd = "?"
-        out.append(f"{pid}: {cmd[:120]}")
-    return out
-
-
 @dataclass
 class StopReport:
     term_s: float  # SIGTERM until the group was empty (or until we gave up)
     killed: list[str]  # what was still alive after the grace period and got SIGKILL
     left: list[int]  # still alive after SIGKILL (should be empty)
+    #: When something needed SIGKILL: what each leftover was doing just before it (kernel
+    #: state, Python stacks) and the tails of the components' logs; also in ``stop.log``.
+    #: Empty when the stop needed no SIGKILL.
+    diagnostics: str = ""
+    #: Set (to its explanation, also at the top of ``diagnostics``) when the stacks prove
+    #: that what needed SIGKILL was exactly Airflow's LocalExecutor shutdown race
+    #: (:func:`local_executor_race`), not the stack's or the provider's doing; else None.
+    airflow_race: str | None = None
+
+    def __str__(self) -> str:
+        head = (f"stopped in {self.term_s:.1f} s; SIGKILLed {len(self.killed)}; "
+                f"left after SIGKILL {self.left}")
+        return "\n".join([head, *self.killed, self.diagnostics]).rstrip()
 
 
 @dataclass
@@ -342,7 +316,7 @@ class AirflowStack:
         parents = {self.proc.pid, os.getpid()}
         relaunched = {p.pid for p in self.relaunched.values() if p.poll() is None}
         return [pid for pid in self.members()
-                if _parent(pid) == self.proc.pid or (_parent(pid) in parents
+                if parent_of(pid) == self.proc.pid or (parent_of(pid) in parents
                                                      and pid in relaunched)]
 
     def component_pid(self, name: str) -> int:
@@ -436,7 +410,9 @@ class AirflowStack:
 
     def stop(self, grace_s: float = 30.0) -> StopReport:
         """SIGTERM the whole group, wait up to ``grace_s`` for it to empty, SIGKILL what is
-        left, and report."""
+        left, and report. What exited when, and (if anything needed SIGKILL) what the
+        leftovers were doing before it (:func:`diagnose`, the logs' tails), go to
+        ``stop.log`` and the report's ``diagnostics``."""
         if self.stopped is not None:
             return self.stopped
         if self.pgid is None:
@@ -457,10 +433,11 @@ class AirflowStack:
 
         with contextlib.suppress(TimeoutError):
             wait_for("the stack to exit", empty, grace_s, 0.1)
-        (self.home / "stop.log").write_text("\n".join(exits) + "\n")
         term_s = time.monotonic() - start
         leftovers = self.members()
         killed = describe(leftovers) if leftovers else []
+        diagnostics, race = self._diagnose(leftovers, term_s) if leftovers else ("", None)
+        (self.home / "stop.log").write_text("\n".join([*exits, diagnostics]).rstrip() + "\n")
         if leftovers:
             for pgid in self.groups():
                 with contextlib.suppress(ProcessLookupError):
@@ -471,10 +448,22 @@ class AirflowStack:
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
-        self.stopped = StopReport(term_s, killed, self.members())
+        self.stopped = StopReport(term_s, killed, self.members(), diagnostics, race)
         if self.executor == "celery":
             self._drop_celery_queue()
         return self.stopped
+
+    def _diagnose(self, leftovers: list[int], term_s: float) -> tuple[str, str | None]:
+        """What the processes left ``term_s`` after SIGTERM are doing (:func:`diagnose`,
+        the tails of their components' logs), and whether it is Airflow's LocalExecutor
+        shutdown race (:func:`local_executor_race`)."""
+        diagnosis = diagnose(leftovers)
+        race = None
+        if self.executor == "local" and self.proc is not None:
+            race = local_executor_race(diagnosis, self._pid_of("scheduler"), self.proc.pid)
+        return "\n".join([
+            f"----- still alive {term_s:.1f} s after SIGTERM, before SIGKILL -----",
+            *([race] if race else []), render(diagnosis), self.log_tails(leftovers)]), race
 
     def _drop_celery_queue(self) -> None:
         """Delete the stack's queue from a Redis broker (its list, priority lists and
@@ -525,6 +514,34 @@ class AirflowStack:
             raise RuntimeError("the API server is not up")
         return httpx.request(method, f"{self.api_url}/api/v2{path}", timeout=10,
                              headers={"Authorization": f"Bearer {token}"}, **kwargs)
+
+    def log_tails(self, pids: list[int] | None = None) -> str:
+        """The last lines of the logs (:func:`log_tail`) of the components that ``pids`` (all
+        if None, or if none is a component's) belong to: for a stop's diagnosis, the lines a
+        stuck shutdown wrote last, bounded."""
+        names = list(dict.fromkeys([*COMPONENTS, *self.relaunched]))
+        if pids is not None:
+            mine = [name for name in names if set(pids) & self._tree(name)]
+            names = mine or names
+        parts = []
+        for name in names:
+            path = self.home / f"{name}.log"
+            if path.exists():
+                parts.append(f"----- {name}.log (last {LOG_LINES} lines) -----\n"
+                             f"{log_tail(path, LOG_LINES, LOG_LINE_CHARS)}")
+        return "\n".join(parts)
+
+    def _pid_of(self, name: str) -> int:
+        """:meth:`component_pid`, or -1 where its pid file is missing or unreadable."""
+        try:
+            return self.component_pid(name)
+        except (OSError, ValueError):
+            return -1
+
+    def _tree(self, name: str) -> set[int]:
+        """Component ``name``'s process and every process below it (empty if unknown)."""
+        root = self._pid_of(name)
+        return {root, *descendants(root)} if root > 0 else set()
 
     def read_logs(self) -> str:
         """The tail of every component's log, for failure messages."""

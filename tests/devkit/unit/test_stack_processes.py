@@ -1,0 +1,84 @@
+"""What a real-stack stop reports when it needs SIGKILL (``llm_router_devkit.stack_processes``):
+each leftover's kernel state and Python stacks, identical stacks written once, and Airflow's
+LocalExecutor shutdown race named only when the stacks show exactly it. Real child
+processes stand in for the stack's: the race's shape is given as ``py-spy dump`` prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from llm_router_devkit.stack_processes import diagnose, local_executor_race, py_spy, render
+
+SCHEDULER_STACK = """Thread 101 (idle): "MainThread"
+    _wait (multiprocessing/popen_fork.py:27)
+    BaseProcess.join (multiprocessing/process.py:149)
+    LocalExecutor.end (airflow/executors/local_executor.py:268)
+    SchedulerJobRunner._execute (airflow/jobs/scheduler_job_runner.py:1658)"""
+WORKER_STACK = """Thread {pid} (idle): "MainThread"
+    SynchronizedBase.__enter__ (multiprocessing/sharedctypes.py:211)
+    _run_worker (airflow/executors/local_executor.py:95)
+    BaseProcess.run (multiprocessing/process.py:108)"""
+IDLE_WORKER_STACK = """Thread {pid} (idle): "MainThread"
+    SimpleQueue.get (multiprocessing/queues.py:364)
+    _run_worker (airflow/executors/local_executor.py:81)"""
+
+
+@pytest.fixture
+def children() -> Iterator[list[int]]:
+    """Two sleeping Python children of this process (the stand-ins for its workers)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+             for _ in range(2)]
+    yield [p.pid for p in procs]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_the_race_is_named_when_every_leftover_shows_it(children: list[int]) -> None:
+    scheduler, leader = os.getpid(), 1
+    diagnosis = {scheduler: SCHEDULER_STACK,
+                 **{pid: WORKER_STACK.format(pid=pid) for pid in children}}
+    race = local_executor_race(diagnosis, scheduler, leader)
+    assert race is not None and str(children) in race and "LocalExecutor.end()" in race
+
+
+@pytest.mark.parametrize("change", ["a worker waits for work", "the scheduler is elsewhere",
+                                    "no worker is left", "a worker is not the scheduler's"])
+def test_anything_else_is_not_the_race(children: list[int], change: str) -> None:
+    scheduler, leader = os.getpid(), 1
+    diagnosis = {scheduler: SCHEDULER_STACK,
+                 **{pid: WORKER_STACK.format(pid=pid) for pid in children}}
+    if change == "a worker waits for work":
+        diagnosis[children[1]] = IDLE_WORKER_STACK.format(pid=children[1])
+    elif change == "the scheduler is elsewhere":
+        diagnosis[scheduler] = SCHEDULER_STACK.replace("LocalExecutor.end", "LocalExecutor.sync")
+    elif change == "no worker is left":
+        diagnosis = {scheduler: SCHEDULER_STACK}
+    else:  # this process's parent is not the "scheduler" given
+        scheduler = children[0]
+        diagnosis = {scheduler: SCHEDULER_STACK, os.getpid(): WORKER_STACK.format(pid=0)}
+    assert local_executor_race(diagnosis, scheduler, leader) is None
+
+
+def test_identical_stacks_are_written_once() -> None:
+    first, second = (f"== {pid}: airflow worker\n   state S\n{WORKER_STACK.format(pid=pid)}"
+                     for pid in (11, 12))
+    text = render({11: first, 12: second})
+    assert text.count("SynchronizedBase.__enter__") == 1
+    assert "(the same Python stacks as 11)" in text
+
+
+def test_a_leftover_is_described_by_its_kernel_state_and_stacks(children: list[int]) -> None:
+    found = diagnose(children[:1])[children[0]]
+    assert f"== {children[0]}: {sys.executable}" in found
+    assert "state S" in found and f"ppid {os.getpid()}" in found
+    if py_spy() is None:
+        assert "py-spy is not installed" in found
+    else:
+        assert "<module> (<string>:1)" in found, found
