@@ -71,6 +71,11 @@ class ScheduleBody(BaseModel):
         "the wait queue: send the same id on every retry of one call; unique per call"))
     kind: Annotated[str, StringConstraints(min_length=1, max_length=MAX_KIND_CHARS)] | None \
         = Field(None, description="the task's type: estimates are learned per model and kind")
+    hedges_late: bool = Field(False, strict=True, description=(
+        "true: you hedge a late call (past late_after_s, with nothing of your backlog left "
+        "to schedule, you send the prompt to another model as well and keep the first "
+        "answer), so a slow model is judged by when a hedged call on it would end, not by "
+        "its slowest calls (with the router's wait_for_faster)"))
 
     @field_validator("kind")
     @classmethod
@@ -209,6 +214,7 @@ async def schedule(body: ScheduleBody, _: Writer, router_client: Client) -> Any:
         models=tuple(body.models) if body.models is not None else None,
         ordered=body.ordered, priority=body.priority, kind=body.kind,
         on_budget=body.on_budget, hop_ms=router_client.settings.http_hop_ms,
+        hedges_late=body.hedges_late,
         request_id=REQUEST_ID_PREFIX + (body.request_id or uuid.uuid4().hex))
     decision = (await router_client.admit_many([request]))[0]
     request_id = decision.request_id.removeprefix(REQUEST_ID_PREFIX)

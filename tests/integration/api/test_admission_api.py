@@ -55,6 +55,26 @@ async def test_complete_frees_the_slot_for_the_next_call(api: httpx.AsyncClient,
     assert ghost.status_code == 404 and "never existed" in ghost.json()["detail"]
 
 
+async def test_a_caller_that_hedges_says_so_over_http(make_api: MakeApi,
+                                                     engine: RouterClient) -> None:
+    """``hedges_late`` reaches the engine: with 8 tasks behind a full fast model, a caller
+    that hedges its late calls is sent to the slow model (its late point plus a fast call
+    ends before the backlog would), one that does not waits for the fast one
+    (tests/integration/engine/test_finish_time.py has the engine's side)."""
+    api = await make_api(wait_for_faster=True)
+    scarce = {**ROOMY, "rpm": 2, "window_s": 10}
+    engine.set_quota("fast", {**scarce, "expected_latency_s": 1.0})
+    engine.set_quota("slow", {**scarce, "expected_latency_s": 8.0})
+    assert [(await schedule(api))["model"] for _ in range(2)] == ["fast", "fast"]
+    engine.report_backlog("store.tasks", 8)
+    plain = await schedule(api)
+    assert plain["status"] == "wait", plain
+    hedging = await schedule(api, hedges_late=True)
+    assert hedging["status"] == "admitted" and hedging["model"] == "slow", hedging
+    refused = await api.post("/schedule", json={"estimated_tokens": 100, "hedges_late": 1})
+    assert refused.status_code == 422 and "hedges_late" in refused.text, refused.text
+
+
 async def test_a_late_call_can_be_hedged_and_abandoned_over_http(
         api: httpx.AsyncClient, engine: RouterClient) -> None:
     """/schedule says when the call is late (from the quota's latency prior: 2 s + two
