@@ -84,11 +84,12 @@ def _name(metric: str, model: str | None = None) -> str:
 
 
 def _emit(kind: str, metric: str, value: float | None = None, model: str | None = None) -> None:
+    """Send one metric: ``incr`` by ``value`` (1 if None), or a gauge or timing of it."""
     try:
         stats = _stats()
         tags = {"model": model} if model is not None else None
         if kind == "incr":
-            stats.incr(_name(metric, model), tags=tags)
+            stats.incr(_name(metric, model), 1 if value is None else int(value), tags=tags)
         elif kind == "gauge":
             stats.gauge(_name(metric, model), value, tags=tags)
         else:
@@ -103,9 +104,10 @@ def admitted(model: str, waited_s: float) -> None:
     _emit("timing", "admission_wait", max(0.0, waited_s) * 1000, model=model)
 
 
-def waited(reason: str) -> None:
-    """An admission answered "wait" because of ``reason`` (rpm, tpm, concurrency, ...)."""
-    _emit("incr", f"waits.{reason}")
+def waited(reason: str, count: int = 1) -> None:
+    """``count`` admissions answered "wait" because of ``reason`` (rpm, tpm, concurrency,
+    ...): a caller that decides many requests at once counts each reason once per batch."""
+    _emit("incr", f"waits.{reason}", count)
 
 
 def rate_limited(model: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
@@ -186,6 +187,7 @@ class BatchAdmitter:
             soonest = float("inf")
             on_release = False  # whether a release could end one of the waits
             expired: list[_Pending] = []
+            waits: Counter[str] = Counter()  # by reason, counted once per round
             now = loop.time()
             for p, decision in zip(batch, decisions, strict=True):
                 if p.future.cancelled() and isinstance(decision, Admission):
@@ -201,9 +203,11 @@ class BatchAdmitter:
                     expired.append(p)
                 else:
                     assert isinstance(decision, Wait)
-                    metrics.waited(decision.reason)
+                    waits[decision.reason] += 1
                     soonest = min(soonest, decision.retry_after_ms / 1000, p.deadline - now)
                     on_release = on_release or decision.reason in RELEASE_HELPS
+            for reason, count in waits.items():
+                metrics.waited(reason, count)
             if expired:
                 await self._expire(expired)
             # let the coroutines that were answered leave the queue before looking again
