@@ -35,6 +35,7 @@ __all__ = [
     "private_services",
     "publish",
     "results_dir",
+    "warm_up",
     "write_section",
 ]
 
@@ -169,3 +170,30 @@ async def drain_once(schema: str, worker_id: str, *, timeout_s: float,
         router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
         deadline=time.time() + timeout_s)
     return dict((await anext(trigger.run())).payload)
+
+
+def warm_up(router: Any, sim_url: str, models: Sequence[str], prompt: str,
+            window_s: float) -> None:
+    """One real call per model through ``router`` (a sync ``RouterClient``: admit, the
+    simulator's ``/single``, complete with the answer's usage), so the engine starts with
+    learned outputs and latencies, as in a deployment whose models have answered before;
+    then a window and a second pass, so the warm-up calls have left every window when the
+    run starts (reset the backend's counters after it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from airflow_llm_router.engine import Admission
+
+    def one(model: str) -> None:
+        lease = router.admit(input_tokens=max(1, len(prompt) // 4), models=[model])
+        if not isinstance(lease, Admission):
+            raise RuntimeError(f"warm-up: {model} did not admit: {lease}")
+        reply = httpx.post(f"{sim_url}/single", json={"model": model, "prompt": prompt},
+                           timeout=120)
+        usage = (reply.json().get("usage") or {}) if reply.status_code == 200 else {}
+        router.complete(lease.lease_id, usage.get("input_tokens"), usage.get("output_tokens"))
+
+    with ThreadPoolExecutor(len(models)) as pool:
+        list(pool.map(one, models))
+    time.sleep(window_s + 1.0)

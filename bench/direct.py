@@ -22,10 +22,13 @@ asked, and prints per run:
 - the CPU the run took in the private Redis (the engine's scripts) and in the drains'
   process (``cpu_s``).
 
-The router's settings are the benchmarks' (``wait_for_faster``). ``--root`` runs another
-checkout's provider (``git worktree add /tmp/base main``), so two versions can be
-interleaved run by run on the same machine: the spread between runs is the larger effect
-on a shared machine. Results: ``bench/results/<UTC time>-direct/runs.json``.
+The router's settings are the benchmarks' (``wait_for_faster``). Each run starts cold (a
+new namespace: the engine knows no model's outputs or latencies, and admits at most 4 calls
+a model until its first answer); ``--warm`` first makes one call per model and waits a
+window, as ``bench.e2e --warm`` does, to measure the routing apart from that start.
+``--root`` runs another checkout's provider (``git worktree add /tmp/base main``), so two
+versions can be interleaved run by run on the same machine: the spread between runs is the
+larger effect on a shared machine. Results: ``bench/results/<UTC time>-direct/runs.json``.
 
     python -m bench.direct --workload W1 --runs 4
     python -m bench.direct --runs 4 --root /tmp/base   # the other version, interleave them
@@ -75,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--drains", type=int, default=2, help="DrainTriggers in the process")
     p.add_argument("--in-flight", type=int, default=400, help="each drain's max_in_flight")
     p.add_argument("--no-hedge", action="store_true", help="hedge_late_calls off")
+    p.add_argument("--warm", action="store_true",
+                   help="one call per model through the router first, then a window's wait: "
+                        "the engine starts with learned outputs and latencies (no cold start), "
+                        "as in a deployment whose models have answered before")
     p.add_argument("--time-scale", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--postgres-dsn", default=DEFAULT_DSN)
@@ -123,6 +130,11 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         for model, quota in router_quotas(profile).items():
             quotas.put(model, quota, actor="bench.direct")
         seed_store(store, workload.initial)
+        if args.warm:
+            from bench.common import warm_up
+
+            warm_up(router, sim.url, [m.name for m in profile.models],
+                    workload.initial[0].prompt, profile.scaled_window_s)
         with httpx.Client(base_url=sim.url, timeout=60) as http:
             http.post("/stats/reset").raise_for_status()
             redis_cpu = _redis_cpu_s(router)
@@ -175,6 +187,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "calls_first_3s": _start(fine, first),
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in finals),
         "cpu_s": cpu,
+        "warm": args.warm,
         "events": [e.get("status") for e in finals],
         "fired": events.fired,
     }

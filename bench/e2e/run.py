@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from airflow_llm_router.engine import Admission
+from bench.common import warm_up as bench_warm_up
 from bench.e2e import collect
 from bench.e2e.services import Services, start_services
 from bench.e2e.workloads import Workload
@@ -221,30 +221,11 @@ def _provenance() -> dict[str, Any]:
 
 
 def warm_up(svc: Services, workload: Workload) -> None:
-    """One real call per model through the router (admit, ``/single``, complete with the
-    answer's usage), so the engine starts with learned outputs and latencies, as in a
-    deployment whose models have answered before; then a window passes, so the warm-up
-    calls have left every window when the run starts (the backend's counters are reset
-    after it)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    prompt = workload.initial[0].prompt
-
-    def one(model: str) -> None:
-        lease = svc.router.admit(input_tokens=max(1, len(prompt) // 4), models=[model])
-        if not isinstance(lease, Admission):
-            raise RuntimeError(f"warm-up: {model} did not admit: {lease}")
-        reply = httpx.post(f"{svc.sim.url}/single", json={"model": model, "prompt": prompt},
-                           timeout=120)
-        usage = (reply.json().get("usage") or {}) if reply.status_code == 200 else {}
-        svc.router.complete(lease.lease_id, usage.get("input_tokens"),
-                            usage.get("output_tokens"))
-
-    models = [m.name for m in svc.profile.models]
+    """:func:`bench.common.warm_up` on the run's router and simulator, with the workload's
+    first prompt."""
     started = time.monotonic()
-    with ThreadPoolExecutor(len(models)) as pool:
-        list(pool.map(one, models))
-    time.sleep(svc.profile.scaled_window_s + 1.0)
+    bench_warm_up(svc.router, svc.sim.url, [m.name for m in svc.profile.models],
+                  workload.initial[0].prompt, svc.profile.scaled_window_s)
     say(f"warmed up: one call per model ({time.monotonic() - started:.1f} s with a window)")
 
 
