@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     for name in ("waiters", "models", "rounds"):
         if getattr(args, name) < 1:
-            _parser().error(f"--{name} must be at least 1")
+            print(f"error: --{name} {getattr(args, name)}: give at least 1", file=sys.stderr)
+            return 2
 
     def body() -> int:
         result = measure(args.waiters, args.models, args.rounds, args.bound)
