@@ -92,5 +92,11 @@ def test_drain_with_faults_loses_nothing(
             assert row.answer and row.model
         else:
             assert row.last_error  # dead-lettered with its error
+    # on failure: each model's violations at the backend beside what the engine learned
+    # (its guard, widened by measured delays and 429s, and its counters)
+    engine = router.stats().models
     assert stats["totals"]["rejected_429"] == 0, {
-        name: model["violations"] for name, model in stats["models"].items()}
+        name: {"violations": model["violations"],
+               "guard_ms": engine[name].guard_ms if name in engine else None,
+               "counters": engine[name].counters if name in engine else None}
+        for name, model in stats["models"].items()}
