@@ -299,12 +299,6 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                 if len(started) < want:
                     quiet_until = time.monotonic() + 1.0
                 active.update(started)
-                if len(started) == want and settings.max_in_flight - len(active) >= refill:
-                    # slots still open and the backlog not short: claim the next batch at
-                    # once (the first window's calls go out together; waiting for a call
-                    # to end here spread them over max_in_flight / claim_batch flushes)
-                    solver.check()
-                    continue
             solver.check()
             if not active:
                 if not await d.idle():
