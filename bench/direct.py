@@ -19,8 +19,8 @@ asked, and prints per run:
   second in ``runs.json`` (from the backend's reset, the first call's second included),
   and per 50 ms over the first 3 s from the first call (``calls_first_3s``: the first
   window's burst);
-- the CPU the run took in the private Redis (the engine's scripts) and in the drains'
-  process (``cpu_s``).
+- the CPU the run took in the private Redis (the engine's scripts; its process, read as
+  ``bench.admission`` reads it) and in the drains' process (``cpu_s``).
 
 The router's settings are the benchmarks' (``wait_for_faster``). Each run starts cold (a
 new namespace: the engine knows no model's outputs or latencies, and admits at most 4 calls
@@ -50,16 +50,13 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # after PYTHONPATH: a --root run's checkout comes first
     sys.path.append(str(ROOT))
 
 from bench.common import DEFAULT_DSN, drain_once, guarded, private_services, results_dir  # noqa: E402
-
-if TYPE_CHECKING:
-    from airflow_llm_router.engine.client import RouterClient
 
 RESULTS = ROOT / "bench" / "results"
 #: Bucket of the backend's timeline used to find the first call (s).
@@ -100,6 +97,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     from airflow_llm_router.engine.client import RouterClient
     from airflow_llm_router.engine.types import RouterSettings
     from airflow_llm_router.quotas import QuotaStore
+    from bench.admission.model import RedisCpu
     from bench.e2e.workloads import build
     from llm_router_devkit.demo.router_quotas import router_quotas
     from llm_router_devkit.demo.seed import seed_store
@@ -137,7 +135,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                     workload.initial[0].prompt, profile.scaled_window_s)
         with httpx.Client(base_url=sim.url, timeout=60) as http:
             http.post("/stats/reset").raise_for_status()
-            redis_cpu = _redis_cpu_s(router)
+            redis_cpu = RedisCpu(router.redis)  # the private Redis is local: read in /proc
+            redis_at = redis_cpu.read(router.redis)[1]
             own_cpu = time.process_time()
             started = time.time()
             events = _Events(sim.url, workload, profile,
@@ -155,7 +154,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
 
             finals = asyncio.run(drains())
             ended = time.time() - started
-            cpu = {"redis": round(_redis_cpu_s(router) - redis_cpu, 2),
+            cpu = {"redis": round(redis_cpu.read(router.redis)[1] - redis_at, 2),
                    "drains": round(time.process_time() - own_cpu, 2)}
             events.stop()
             stats = http.get("/stats").json()
@@ -191,13 +190,6 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "events": [e.get("status") for e in finals],
         "fired": events.fired,
     }
-
-
-def _redis_cpu_s(router: RouterClient) -> float:
-    """The private Redis server's CPU so far (user + system, its own ``INFO cpu``): the
-    engine's share of a run, beside the drains' process (``cpu_s`` in ``runs.json``)."""
-    info = router.redis.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _start(fine: dict[str, Any], first_s: float) -> dict[str, list[int]]:

@@ -16,8 +16,8 @@ finish-time choice orders them by learned latency) and is then filled to its
 ``max_concurrency``. The waiters allow any model and leave their output to the engine,
 as a drain's prompts do, with ``wait_for_faster`` on (the benchmarks' setting). Reported:
 milliseconds per round (the client's wall time, and Redis's own time in the scripts from
-``INFO commandstats``), microseconds of Redis per waiter, and the Redis commands the
-scripts ran per waiter and round, by command.
+``INFO commandstats``, read as ``bench.admission`` reads it), microseconds of Redis per
+waiter, and the Redis commands the scripts ran per waiter and round, by command.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +54,7 @@ def measure(waiters: int, models: int, rounds: int, bound: str = "concurrency"
     from airflow_llm_router.engine.client import RouterClient
     from airflow_llm_router.engine.core import Completion
     from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
+    from bench.admission.model import RedisCpu, ServerDelta, Snapshot
     from llm_router_devkit.redis_tools import PrivateRedis
 
     server = PrivateRedis()
@@ -86,27 +86,22 @@ def measure(waiters: int, models: int, rounds: int, bound: str = "concurrency"
         queue = [AdmitRequest(input_tokens=100, request_id=f"waiter-{k}", hedges_late=True)
                  for k in range(waiters)]
         router.admit_many(queue)  # the first round: every waiter joins the engine's queue
-        admin.config_resetstat()
-        started = time.perf_counter()
+        cpu = RedisCpu(admin)
+        before = Snapshot.take(admin, cpu)
         for _ in range(rounds):
             decisions = router.admit_many(queue)
-        elapsed = time.perf_counter() - started
+        delta = ServerDelta.between(before, Snapshot.take(admin, cpu))
         told = {type(d).__name__ for d in decisions}
         assert told == {Wait.__name__}, f"a full engine answered {told}"
-        stats = admin.info("commandstats")
         router.close()
     finally:
         admin.close()
         server.close()
-    scripts_us = sum(int(v["usec"]) for k, v in stats.items()
-                     if k in ("cmdstat_evalsha", "cmdstat_eval"))
-    calls = {k.removeprefix("cmdstat_"): round(int(v["calls"]) / rounds / waiters, 2)
-             for k, v in stats.items()
-             if k not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_config", "cmdstat_info")}
+    calls = {name: round(n / rounds / waiters, 2) for name, n in delta.inner.items()}
     return {"waiters": waiters, "models": models, "rounds": rounds, "bound": bound,
-            "ms_per_round": round(elapsed / rounds * 1000, 1),
-            "redis_ms_per_round": round(scripts_us / rounds / 1000, 1),
-            "redis_us_per_waiter": round(scripts_us / rounds / waiters, 1),
+            "ms_per_round": round(delta.wall / rounds * 1000, 1),
+            "redis_ms_per_round": round(delta.lua_usec / rounds / 1000, 1),
+            "redis_us_per_waiter": round(delta.lua_usec / rounds / waiters, 1),
             "commands_per_waiter": dict(sorted(calls.items(), key=lambda kv: -kv[1]))}
 
 

@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,8 +38,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from llm_router_devkit.processes import log_tail
 from llm_router_devkit.stack_processes import (  # re-exported: callers import them from here
-    LOG_LINE_CHARS,
-    LOG_LINES,
     descendants,
     describe,
     diagnose,
@@ -50,6 +48,10 @@ from llm_router_devkit.stack_processes import (  # re-exported: callers import t
 )
 
 T = TypeVar("T")
+
+#: A stop's diagnosis shows each stuck component's last LOG_LINES log lines, each cut to
+#: LOG_LINE_CHARS: the lines it wrote last, bounded (``read_logs(names, LOG_LINES)``).
+LOG_LINES, LOG_LINE_CHARS = 40, 300
 
 #: The components, each started as ``airflow <args>`` with its output in ``<name>.log``.
 #: ``--skip-serve-logs``: no log servers, whose fixed default ports (8793, 8794) would clash
@@ -463,7 +465,8 @@ class AirflowStack:
             race = local_executor_race(diagnosis, self._pid_of("scheduler"), self.proc.pid)
         return "\n".join([
             f"----- still alive {term_s:.1f} s after SIGTERM, before SIGKILL -----",
-            *([race] if race else []), render(diagnosis), self.log_tails(leftovers)]), race
+            *([race] if race else []), render(diagnosis),
+            self.read_logs(self._components_of(leftovers), LOG_LINES)]), race
 
     def _drop_celery_queue(self) -> None:
         """Delete the stack's queue from a Redis broker (its list, priority lists and
@@ -515,21 +518,11 @@ class AirflowStack:
         return httpx.request(method, f"{self.api_url}/api/v2{path}", timeout=10,
                              headers={"Authorization": f"Bearer {token}"}, **kwargs)
 
-    def log_tails(self, pids: list[int] | None = None) -> str:
-        """The last lines of the logs (:func:`log_tail`) of the components that ``pids`` (all
-        if None, or if none is a component's) belong to: for a stop's diagnosis, the lines a
-        stuck shutdown wrote last, bounded."""
+    def _components_of(self, pids: list[int]) -> list[str]:
+        """The components (and relaunched ones) that ``pids`` belong to, or all of them
+        if none does."""
         names = list(dict.fromkeys([*COMPONENTS, *self.relaunched]))
-        if pids is not None:
-            mine = [name for name in names if set(pids) & self._tree(name)]
-            names = mine or names
-        parts = []
-        for name in names:
-            path = self.home / f"{name}.log"
-            if path.exists():
-                parts.append(f"----- {name}.log (last {LOG_LINES} lines) -----\n"
-                             f"{log_tail(path, LOG_LINES, LOG_LINE_CHARS)}")
-        return "\n".join(parts)
+        return [name for name in names if set(pids) & self._tree(name)] or names
 
     def _pid_of(self, name: str) -> int:
         """:meth:`component_pid`, or -1 where its pid file is missing or unreadable."""
@@ -543,12 +536,20 @@ class AirflowStack:
         root = self._pid_of(name)
         return {root, *descendants(root)} if root > 0 else set()
 
-    def read_logs(self) -> str:
-        """The tail of every component's log, for failure messages."""
+    def read_logs(self, names: Sequence[str] | None = None, lines: int | None = None) -> str:
+        """The tail of the logs of ``names`` (default: every component's, and the CLI's),
+        for failure messages: each log's last 3,000 characters, or with ``lines``, its last
+        ``lines`` lines, each cut to :data:`LOG_LINE_CHARS`."""
         parts = []
-        for name in dict.fromkeys([*COMPONENTS, *self.relaunched, "cli"]):
+        for name in dict.fromkeys(names if names is not None
+                                  else [*COMPONENTS, *self.relaunched, "cli"]):
             path = self.home / f"{name}.log"
-            if path.exists():
+            if not path.exists():
+                continue
+            if lines is None:
                 text = path.read_text(errors="replace")
                 parts.append(f"----- {name}.log (tail) -----\n{text[-3000:]}")
+            else:
+                parts.append(f"----- {name}.log (last {lines} lines) -----\n"
+                             f"{log_tail(path, lines, LOG_LINE_CHARS)}")
         return "\n".join(parts)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -71,7 +72,6 @@ def describe(pids: list[int]) -> list[str]:
 PY_SPY_TIMEOUT_S = 10.0  # one ``py-spy dump``; a dump takes well under a second
 DIAGNOSE_BUDGET_S = 40.0  # every dump of one stop together
 STACK_CHARS = 2500  # of one process's Python stacks
-LOG_LINES, LOG_LINE_CHARS = 40, 300  # of each component's log tail
 
 
 def _proc_field(pid: int, name: str) -> str:
@@ -116,33 +116,43 @@ def python_stacks(pid: int, timeout_s: float = PY_SPY_TIMEOUT_S) -> str:
     return text if len(text) <= STACK_CHARS else text[:STACK_CHARS] + "\n[... cut]"
 
 
-def diagnose(pids: list[int], budget_s: float = DIAGNOSE_BUDGET_S) -> dict[int, str]:
+@dataclass(frozen=True)
+class Leftover:
+    """What one process left after SIGTERM was doing: ``head``, its command line, kernel
+    state and parent; ``stacks``, its Python stacks (or why there are none)."""
+
+    head: str
+    stacks: str
+
+    def __str__(self) -> str:
+        return f"{self.head}\n{self.stacks}"
+
+
+def diagnose(pids: list[int], budget_s: float = DIAGNOSE_BUDGET_S) -> dict[int, Leftover]:
     """What each process of ``pids`` is stuck in: command line, kernel state and wait
     channel, Python stacks. Run before SIGKILL, while there is still something to look at.
     The dumps stop when ``budget_s`` is spent (the rest get their state only)."""
     deadline = time.monotonic() + budget_s
-    out: dict[int, str] = {}
+    out: dict[int, Leftover] = {}
     for pid, line in zip(pids, describe(pids), strict=True):
         remaining = deadline - time.monotonic()
         stacks = (python_stacks(pid, min(PY_SPY_TIMEOUT_S, remaining)) if remaining > 1.0
                   else "(no Python stacks: the diagnosis's time budget is spent)")
-        out[pid] = f"== {line}\n   {proc_state(pid)} ppid {parent_of(pid)}\n{stacks}"
+        out[pid] = Leftover(f"== {line}\n   {proc_state(pid)} ppid {parent_of(pid)}", stacks)
     return out
 
 
-def render(diagnosis: dict[int, str]) -> str:
+def render(diagnosis: dict[int, Leftover]) -> str:
     """:func:`diagnose`'s findings as text, each process's stacks written once: a process
     whose stacks are another's (e.g. eight workers stuck alike) refers to the first."""
     seen: dict[str, int] = {}  # stacks with the pid masked -> the first process with them
     parts = []
-    for pid, text in diagnosis.items():
-        lines = text.split("\n", 2)  # "== pid: command", "   state ...", the stacks
-        head, stacks = "\n".join(lines[:2]), (lines[2] if len(lines) > 2 else "")
-        masked = re.sub(rf"\b{pid}\b", "PID", stacks)
-        if masked in seen:
-            stacks = f"(the same Python stacks as {seen[masked]})"
+    for pid, left in diagnosis.items():
+        masked = re.sub(rf"\b{pid}\b", "PID", left.stacks)
+        stacks = (f"(the same Python stacks as {seen[masked]})" if masked in seen
+                  else left.stacks)
         seen.setdefault(masked, pid)
-        parts.append(f"{head}\n{stacks}")
+        parts.append(f"{left.head}\n{stacks}")
     return "\n".join(parts)
 
 
@@ -163,7 +173,8 @@ _RACE_WORKER = re.compile(r"^\s*SynchronizedBase\.__enter__ \(multiprocessing/sh
                           re.MULTILINE)
 
 
-def local_executor_race(diagnosis: dict[int, str], scheduler: int, leader: int) -> str | None:
+def local_executor_race(diagnosis: dict[int, Leftover], scheduler: int, leader: int
+                        ) -> str | None:
     """The explanation of :data:`_RACE_SCHEDULER`'s race if ``diagnosis`` (of the processes
     left after SIGTERM) shows exactly it: the scheduler joining its workers in
     ``LocalExecutor.end()``, at least one worker, every worker (a child of the scheduler)
@@ -171,8 +182,9 @@ def local_executor_race(diagnosis: dict[int, str], scheduler: int, leader: int) 
     leader (which waits for its children). None otherwise, and without py-spy's stacks."""
     workers = [pid for pid in diagnosis if pid not in (scheduler, leader)]
     if (scheduler not in diagnosis or not workers
-            or not _RACE_SCHEDULER.search(diagnosis[scheduler])
-            or any(parent_of(pid) != scheduler or not _RACE_WORKER.search(diagnosis[pid])
+            or not _RACE_SCHEDULER.search(diagnosis[scheduler].stacks)
+            or any(parent_of(pid) != scheduler
+                   or not _RACE_WORKER.search(diagnosis[pid].stacks)
                    for pid in workers)):
         return None
     return (f"Airflow LocalExecutor shutdown race: the scheduler ({scheduler}) joins "

@@ -13,7 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from llm_router_devkit.stack_processes import diagnose, local_executor_race, py_spy, render
+from llm_router_devkit.stack_processes import (
+    Leftover,
+    diagnose,
+    local_executor_race,
+    py_spy,
+    render,
+)
 
 SCHEDULER_STACK = """Thread 101 (idle): "MainThread"
     _wait (multiprocessing/popen_fork.py:27)
@@ -29,6 +35,11 @@ IDLE_WORKER_STACK = """Thread {pid} (idle): "MainThread"
     _run_worker (airflow/executors/local_executor.py:81)"""
 
 
+def _left(stacks: str) -> Leftover:
+    """A leftover as :func:`diagnose` reports it, with these stacks."""
+    return Leftover("== pid: airflow\n   state S", stacks)
+
+
 @pytest.fixture
 def children() -> Iterator[list[int]]:
     """Two sleeping Python children of this process (the stand-ins for its workers)."""
@@ -42,8 +53,8 @@ def children() -> Iterator[list[int]]:
 
 def test_the_race_is_named_when_every_leftover_shows_it(children: list[int]) -> None:
     scheduler, leader = os.getpid(), 1
-    diagnosis = {scheduler: SCHEDULER_STACK,
-                 **{pid: WORKER_STACK.format(pid=pid) for pid in children}}
+    diagnosis = {scheduler: _left(SCHEDULER_STACK),
+                 **{pid: _left(WORKER_STACK.format(pid=pid)) for pid in children}}
     race = local_executor_race(diagnosis, scheduler, leader)
     assert race is not None and str(children) in race and "LocalExecutor.end()" in race
 
@@ -52,30 +63,32 @@ def test_the_race_is_named_when_every_leftover_shows_it(children: list[int]) -> 
                                     "no worker is left", "a worker is not the scheduler's"])
 def test_anything_else_is_not_the_race(children: list[int], change: str) -> None:
     scheduler, leader = os.getpid(), 1
-    diagnosis = {scheduler: SCHEDULER_STACK,
-                 **{pid: WORKER_STACK.format(pid=pid) for pid in children}}
+    diagnosis = {scheduler: _left(SCHEDULER_STACK),
+                 **{pid: _left(WORKER_STACK.format(pid=pid)) for pid in children}}
     if change == "a worker waits for work":
-        diagnosis[children[1]] = IDLE_WORKER_STACK.format(pid=children[1])
+        diagnosis[children[1]] = _left(IDLE_WORKER_STACK.format(pid=children[1]))
     elif change == "the scheduler is elsewhere":
-        diagnosis[scheduler] = SCHEDULER_STACK.replace("LocalExecutor.end", "LocalExecutor.sync")
+        diagnosis[scheduler] = _left(SCHEDULER_STACK.replace("LocalExecutor.end",
+                                                             "LocalExecutor.sync"))
     elif change == "no worker is left":
-        diagnosis = {scheduler: SCHEDULER_STACK}
+        diagnosis = {scheduler: _left(SCHEDULER_STACK)}
     else:  # this process's parent is not the "scheduler" given
         scheduler = children[0]
-        diagnosis = {scheduler: SCHEDULER_STACK, os.getpid(): WORKER_STACK.format(pid=0)}
+        diagnosis = {scheduler: _left(SCHEDULER_STACK),
+                     os.getpid(): _left(WORKER_STACK.format(pid=0))}
     assert local_executor_race(diagnosis, scheduler, leader) is None
 
 
 def test_identical_stacks_are_written_once() -> None:
-    first, second = (f"== {pid}: airflow worker\n   state S\n{WORKER_STACK.format(pid=pid)}"
-                     for pid in (11, 12))
+    first, second = (Leftover(f"== {pid}: airflow worker\n   state S",
+                              WORKER_STACK.format(pid=pid)) for pid in (11, 12))
     text = render({11: first, 12: second})
     assert text.count("SynchronizedBase.__enter__") == 1
     assert "(the same Python stacks as 11)" in text
 
 
 def test_a_leftover_is_described_by_its_kernel_state_and_stacks(children: list[int]) -> None:
-    found = diagnose(children[:1])[children[0]]
+    found = str(diagnose(children[:1])[children[0]])
     assert f"== {children[0]}: {sys.executable}" in found
     assert "state S" in found and f"ppid {os.getpid()}" in found
     if py_spy() is None:
