@@ -42,9 +42,13 @@ def _left(stacks: str) -> Leftover:
 
 @pytest.fixture
 def children() -> Iterator[list[int]]:
-    """Two sleeping Python children of this process (the stand-ins for its workers)."""
-    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-             for _ in range(2)]
+    """Two sleeping Python children of this process (the stand-ins for its workers), each
+    past its start-up (it said so) before the test looks at it."""
+    procs = [subprocess.Popen([sys.executable, "-c",
+                               "import time; print('ready', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
     yield [p.pid for p in procs]
     for p in procs:
         p.kill()
