@@ -268,6 +268,24 @@ def filter_dead(driver: WebDriver, error: str) -> None:
     driver.find_element(By.CSS_SELECTOR, "#dead-filter button[type=submit]").click()
 
 
+def await_dead_refreshes(driver: WebDriver, count: int) -> None:
+    """Wait until the page has had ``count`` more answers to its dead-letter question; the
+    page asks again only after drawing an answer, so all but the last are drawn."""
+    start = driver.execute_script("""
+        if (window.deadAnswers === undefined) {
+          window.deadAnswers = 0;
+          const plain = window.fetch;
+          window.fetch = async (...args) => {
+            const answer = await plain(...args);
+            if (String(args[0]).startsWith("api/backlog/dead?")) window.deadAnswers += 1;
+            return answer;
+          };
+        }
+        return window.deadAnswers;""")
+    wait(driver, f"{count} refreshes of the dead list",
+         lambda d: d.execute_script("return window.deadAnswers;") >= start + count + 1)
+
+
 def test_backlog_panel_shows_dead_tasks_and_requeues_them_until_solved(
         ui: QuotaUiStack, browser: WebDriver, tasks: TaskStore,  # noqa: F811
         tmp_path: Path) -> None:
@@ -306,7 +324,14 @@ def test_backlog_panel_shows_dead_tasks_and_requeues_them_until_solved(
     # requeue one selected task
     filter_dead(browser, "")
     wait(browser, "the unfiltered list", lambda d: sorted(dead_rows(d)) == overloaded)
-    browser.find_element(By.CSS_SELECTOR, f"tr[data-task='{overloaded[0]}'] input").click()
+    # the list refreshes every few seconds; the row under the user stays the same row
+    box = browser.find_element(By.CSS_SELECTOR, f"tr[data-task='{overloaded[0]}'] input")
+    await_dead_refreshes(browser, 1)
+    box.click()  # a row redrawn by the refresh would be stale here
+    await_dead_refreshes(browser, 1)
+    assert browser.execute_script(
+        "return document.activeElement === arguments[0] && arguments[0].checked;", box)
+    assert browser.find_element(By.ID, "requeue-selected").text == "Requeue selected (1)"
     browser.find_element(By.ID, "requeue-selected").click()
     wait(browser, "the second requeue", lambda d: d.find_element(
         By.ID, "requeue-message").text.startswith("Requeued 1"))

@@ -5,7 +5,11 @@
 "use strict";
 
 const DEAD_PAGE = 20;
-const dead = { offset: 0, total: 0, filter: {}, selected: new Set() };
+const dead = { offset: 0, total: 0, filter: {}, selected: new Set(), asked: 0 };
+// The dead list's rows by task id, with the answer each was drawn from: a refresh that
+// brings the same task back keeps its row, so a row being clicked, or a focused checkbox,
+// is not swapped for a copy under the user every few seconds.
+const deadRows = new Map();
 
 function duration(seconds) {
   if (seconds == null) return "—";
@@ -78,15 +82,43 @@ function deadRow(task) {
     refreshRequeueButtons();
   });
   const models = task.model || (task.allowed_models ? task.allowed_models.join(", ") : "any");
-  return el("tr", { "data-task": String(task.id) }, el("td", { class: "edit-only" }, box),
+  const row = el("tr", { "data-task": String(task.id) }, el("td", { class: "edit-only" }, box),
     el("td", {}, `#${task.id}`), el("td", {}, task.kind), el("td", {}, task.priority),
     el("td", {}, `${task.attempts} / ${task.max_attempts}`), el("td", {}, models),
     el("td", { class: "error-text", title: task.last_error || "" }, task.last_error || ""),
     el("td", {}, new Date(task.updated_at).toLocaleString()));
+  return { row, box, drawn: JSON.stringify(task) };
+}
+
+// The row for task, reused when the task is unchanged; its box shows the current selection
+// (a requeue clears the selection while the rows it left stay).
+function deadRowFor(task) {
+  let entry = deadRows.get(task.id);
+  if (!entry || entry.drawn !== JSON.stringify(task)) {
+    entry = deadRow(task);
+    deadRows.set(task.id, entry);
+  }
+  entry.box.checked = dead.selected.has(task.id);
+  return entry.row;
+}
+
+function showDeadRows(tasks) {
+  const tbody = document.querySelector("#dead tbody");
+  const shown = tasks.map(deadRowFor);
+  const keep = new Set(tasks.map((task) => task.id));
+  for (const id of [...deadRows.keys()]) if (!keep.has(id)) deadRows.delete(id);
+  const current = [...tbody.children];
+  if (current.length !== shown.length || current.some((row, i) => row !== shown[i])) {
+    tbody.replaceChildren(...shown);
+  }
 }
 
 async function loadDead() {
+  // Only the latest question's answer is drawn: a refresh sent before the filter changed
+  // may answer after the filtered one, and would put the old filter's rows back.
+  const asked = ++dead.asked;
   const { ok, status, body } = await api("backlog/dead?" + deadQuery());
+  if (asked !== dead.asked) return;
   const errors = document.getElementById("dead-filter-errors");
   const form = document.getElementById("dead-filter");
   for (const input of form.querySelectorAll("input")) input.removeAttribute("aria-invalid");
@@ -104,7 +136,7 @@ async function loadDead() {
   }
   errors.textContent = "";
   dead.total = body.total;
-  document.querySelector("#dead tbody").replaceChildren(...body.tasks.map(deadRow));
+  showDeadRows(body.tasks);
   document.getElementById("no-dead").hidden = body.tasks.length > 0;
   const info = document.getElementById("dead-page-info");
   info.textContent = body.total === 0 ? "" : `${body.offset + 1}–${body.offset + body.tasks.length}`
