@@ -39,15 +39,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -57,14 +56,13 @@ if str(ROOT) not in sys.path:  # after PYTHONPATH: a --root run's checkout comes
     sys.path.append(str(ROOT))
 
 from bench.common import DEFAULT_DSN, drain_once, guarded, private_services, results_dir  # noqa: E402
+from bench.direct_events import WorkloadEvents  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 #: Bucket of the backend's timeline used to find the first call (s).
 FIRST_CALL_BUCKET_S = 0.05
 #: How many of the last answers a run reports (``ending``).
 ENDING = 8
-#: How often the events' thread looks for the first call at the backend (s).
-EVENT_POLL_S = 0.02
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,12 +132,13 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             warm_up(router, sim.url, [m.name for m in profile.models],
                     workload.initial[0].prompt, profile.scaled_window_s)
         with httpx.Client(base_url=sim.url, timeout=60) as http:
+            reset_at = time.time()  # at or before the backend's timeline starts
             http.post("/stats/reset").raise_for_status()
             redis_cpu = RedisCpu(router.redis)  # the private Redis is local: read in /proc
             redis_at = redis_cpu.read(router.redis)[1]
             own_cpu = time.process_time()
             started = time.time()
-            events = _Events(sim.url, workload, profile,
+            events = WorkloadEvents(sim.url, workload, profile,
                              lambda model, quota: quotas.put(model, quota, actor="bench.direct"),
                              lambda tasks: seed_store(store, tasks))
             stack.callback(events.stop)
@@ -170,6 +169,9 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         last_answer = float(last[0][0]) - started if last else ended
     first = min((k for m in fine["models"].values() for k, n in enumerate(m["requests"]) if n),
                 default=0) * FIRST_CALL_BUCKET_S
+    for e in events.fired:  # a change's stamp from the first call: at or after the true one
+        if "done_wall" in e:
+            e["change_s"] = math.ceil((e.pop("done_wall") - reset_at - first) * 100) / 100
     violations = {m: {r: n for r, n in (v.get("violations") or {}).items()
                       if n and r != "total"}
                   for m, v in stats["models"].items()}
@@ -199,65 +201,6 @@ def _start(fine: dict[str, Any], first_s: float) -> dict[str, list[int]]:
     n = round(3.0 / FIRST_CALL_BUCKET_S)
     return {m: v["requests"][k:k + n] for m, v in fine["models"].items()
             if any(v["requests"][k:k + n])}
-
-
-class _Events(threading.Thread):
-    """The workload's events at their time after the first call the backend received, as
-    ``bench.e2e`` fires them: W3's cut of the busiest model's limits (``lower_limits``,
-    through the quota store), W4's arrivals (into the task store, while the drains still
-    run: their bulk backlog outlasts the last arrival). Each fired event is in ``fired``
-    (seconds after the first call); one that fails is recorded there too, and the run
-    goes on without it rather than hiding that it did."""
-
-    def __init__(self, url: str, workload: Any, profile: Any,
-                 set_quota: Callable[[str, dict[str, Any]], object],
-                 enqueue: Callable[[Any], object]) -> None:
-        super().__init__(name="bench-direct-events", daemon=True)
-        self.url, self.workload, self.profile = url, workload, profile
-        self.set_quota, self.enqueue = set_quota, enqueue
-        self.fired: list[dict[str, Any]] = []
-        self._stop_event = threading.Event()
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout=10)
-
-    def run(self) -> None:
-        import httpx
-
-        from bench.e2e.run import lower_limits
-
-        todo: list[tuple[float, str, Any]] = [(a.at_windows, "arrival", a.tasks)
-                                              for a in self.workload.arrivals]
-        if self.workload.quota_change is not None:
-            change = self.workload.quota_change
-            todo.append((change.at_windows, "quota_change", change.factor))
-        if not todo:
-            return
-        todo.sort(key=lambda e: e[0])
-        window = self.profile.scaled_window_s
-        with httpx.Client(base_url=self.url, timeout=30) as http:
-            while http.get("/stats").json()["totals"]["requests"] == 0:
-                if self._stop_event.wait(EVENT_POLL_S):
-                    return
-            first = time.monotonic()
-            for at_windows, kind, what in todo:
-                if self._stop_event.wait(max(0.0, first + at_windows * window
-                                             - time.monotonic())):
-                    return
-                at = round(time.monotonic() - first, 2)
-                try:
-                    if kind == "arrival":
-                        self.enqueue(what)
-                        self.fired.append({"at_s": at, "event": kind, "tasks": len(what)})
-                    else:
-                        model, _, limits = lower_limits(http, self.set_quota, self.profile,
-                                                        self.workload, what)
-                        self.fired.append({"at_s": at, "event": kind, "model": model,
-                                           "limits": limits})
-                except Exception as err:  # recorded with the run's figures
-                    self.fired.append({"at_s": at, "event": kind, "error": repr(err)})
 
 
 def _ending(profile: Any, last: list[tuple[Any, str, str]], zero: float
@@ -347,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         out, command, when = results_dir(RESULTS, "direct", "bench.direct", argv)
         (out / "runs.json").write_text(json.dumps(
             {"command": command, "when": when, "root": str(args.root or ROOT),
+             "workload": args.workload, "time_scale": args.time_scale, "seed": args.seed,
              "runs": runs}, indent=1))
         print(f"wrote {out / 'runs.json'}")
         return 0

@@ -4,6 +4,9 @@ and each recorded run against them.
 
     python -m bench.e2e.yardstick bench/results/<stamp>     # the runs of that directory
 
+(a directory of ``python -m bench.e2e`` or of ``python -m bench.direct``: the routing
+without Airflow, each run measured against the yardstick of its own quota change's time)
+
 W3's quota change (the busiest model's limits halved one window in) and W4's arrivals are
 part of the instance. Time 0 is the run's first call as the backend's timeline has it (the
 start of its 0.2 s bucket: at or before the real first call), and each run is measured
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,8 +63,8 @@ from llm_router_devkit.yardstick import (
 #: The benchmark's backend models (the simulator's default profile), by name.
 MODELS = [m.name for m in SimulatorProfile.default().models]
 
-__all__ = ["NOMINAL", "Timing", "Yardstick", "instance_of", "main", "measure", "relevant",
-           "timing_of"]
+__all__ = ["NOMINAL", "Timing", "Yardstick", "direct_runs", "instance_of", "main", "measure",
+           "relevant", "timing_of"]
 
 
 @dataclass(frozen=True)
@@ -194,23 +198,61 @@ def _table(runs: Sequence[dict[str, Any]], sticks: Sequence[Yardstick]) -> str:
     return "\n".join(lines)
 
 
+def direct_runs(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Timing]]:
+    """The runs of a ``bench.direct`` record (its ``runs.json``) as rows of the table, and
+    each one's timing: its quota change at the stamp it recorded (``change_s``: when the
+    provider's limits had been lowered, from the start of the first call's bucket, so
+    never earlier than it was); its arrivals at their nominal time from the first call, the
+    earliest they can have happened. A run without a change stamp (recorded before there
+    was one) is measured at the nominal change. The stamp is rounded up to a tenth of a
+    second (later, so never in the run's favour), so runs of a series share a yardstick
+    (its LP takes minutes)."""
+    workload = record.get("workload")
+    if not workload:
+        return [], []
+    design = "router (bench.direct" + (", warm)" if "--warm" in record["command"] else ")")
+    rows, timings = [], []
+    for run in record["runs"]:
+        counts = run["counts"]
+        rows.append({"workload": workload, "design": design, "makespan_s": run["makespan_s"],
+                     "solved": counts["solved"], "tasks": sum(counts.values()),
+                     "time_scale": record["time_scale"]})
+        change = next((e["change_s"] for e in run.get("fired") or ()
+                       if e.get("event") == "quota_change" and "change_s" in e), None)
+        timings.append(Timing(change_s=None if change is None
+                              else math.ceil(round(change * 10, 6)) / 10))
+    return rows, timings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.e2e.yardstick", description=__doc__)
-    p.add_argument("results", type=Path, help="a bench/results/<stamp> directory")
+    p.add_argument("results", type=Path,
+                   help="a bench/results/<stamp> directory (of bench.e2e or bench.direct)")
     p.add_argument("--seed", type=int, default=1, help="the runs' seed (default 1)")
     args = p.parse_args(argv)
     metrics = args.results / "metrics.json"
-    if not metrics.is_file():
-        print(f"error: {metrics} not found; give a directory written by python -m bench.e2e",
+    direct = args.results / "runs.json"
+    if metrics.is_file():
+        runs = json.loads(metrics.read_text())
+        timings = []
+        for r in runs:
+            raw_path = args.results / f"{r['workload']}-{r['design']}.raw.json.gz"
+            timings.append(timing_of(read_raw(raw_path), r["first_call_s"])
+                           if raw_path.is_file() else NOMINAL)
+    elif direct.is_file():
+        runs, timings = direct_runs(json.loads(direct.read_text()))
+        if not runs:
+            print(f"error: {direct} names no workload (written before bench.direct recorded "
+                  "it); run python -m bench.direct again", file=sys.stderr)
+            return 2
+    else:
+        print(f"error: {args.results} holds neither metrics.json nor runs.json; give a "
+              "directory written by python -m bench.e2e or python -m bench.direct",
               file=sys.stderr)
         return 2
-    runs = json.loads(metrics.read_text())
     sticks: list[Yardstick] = []
     done: dict[tuple[str, float, Timing], Yardstick] = {}
-    for r in runs:
-        raw_path = args.results / f"{r['workload']}-{r['design']}.raw.json.gz"
-        timing = timing_of(read_raw(raw_path), r["first_call_s"]) if raw_path.is_file() \
-            else NOMINAL
+    for r, timing in zip(runs, timings, strict=True):
         timing = relevant(timing, build(r["workload"], args.seed, MODELS))
         key = (r["workload"], r["time_scale"], timing)
         if key not in done:

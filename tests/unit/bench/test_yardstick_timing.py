@@ -11,6 +11,7 @@ from bench.e2e.yardstick import (
     Timing,
     Yardstick,
     _table,
+    direct_runs,
     instance_of,
     relevant,
     timing_of,
@@ -85,3 +86,23 @@ def test_the_table_adds_the_reference_with_costs_unknown() -> None:
     assert header.endswith("| reference, costs unknown s (% speed) |")
     assert w1.endswith("| - | 40.0 (40%) |")
     assert w2.endswith("| 80.0 (80%) | 90.0 (90%); preferences kept 120.0 (120%) |")
+
+
+def test_a_direct_run_is_measured_at_its_own_change_stamp() -> None:
+    """bench.direct's runs.json: each run's change at its recorded stamp, rounded up to a
+    tenth (never in the run's favour); a run without one at the nominal change; a record
+    that names no workload gives no rows (the caller says why)."""
+    def run(fired: list[dict[str, object]]) -> dict[str, object]:
+        return {"makespan_s": 68.4, "fired": fired,
+                "counts": {"pending": 0, "claimed": 0, "solved": 3990, "dead": 10}}
+
+    record = {"command": "python -m bench.direct --workload W3 --runs 2 --warm",
+              "workload": "W3", "time_scale": 3.0, "runs": [
+                  run([{"at_s": 20.0, "event": "quota_change", "change_s": 20.03}]),
+                  run([{"at_s": 20.0, "event": "quota_change", "change_s": 20.1}]),
+                  run([])]}
+    rows, timings = direct_runs(record)
+    assert timings == [Timing(change_s=20.1), Timing(change_s=20.1), NOMINAL]
+    assert rows[0] == {"workload": "W3", "design": "router (bench.direct, warm)",
+                       "makespan_s": 68.4, "solved": 3990, "tasks": 4000, "time_scale": 3.0}
+    assert direct_runs({"command": "python -m bench.direct", "runs": [run([])]}) == ([], [])
