@@ -28,7 +28,10 @@ a model until its first answer); ``--warm`` first makes one call per model and w
 window, as ``bench.e2e --warm`` does, to measure the routing apart from that start.
 ``--root`` runs another checkout's provider (``git worktree add /tmp/base main``), so two
 versions can be interleaved run by run on the same machine: the spread between runs is the
-larger effect on a shared machine. Results: ``bench/results/<UTC time>-direct/runs.json``.
+larger effect on a shared machine (its benchmark helpers too: a checkout from before
+``bench/direct_events.py`` cannot be run so). The workload's events fire from a process of
+their own (``bench/direct_events.py``). Results: ``bench/results/<UTC time>-direct/runs.json``,
+which ``python -m bench.e2e.yardstick`` measures against each run's own yardstick.
 
     python -m bench.direct --workload W1 --runs 4
     python -m bench.direct --runs 4 --root /tmp/base   # the other version, interleave them
@@ -56,7 +59,7 @@ if str(ROOT) not in sys.path:  # after PYTHONPATH: a --root run's checkout comes
     sys.path.append(str(ROOT))
 
 from bench.common import DEFAULT_DSN, drain_once, guarded, private_services, results_dir  # noqa: E402
-from bench.direct_events import WorkloadEvents  # noqa: E402
+from bench.direct_events import EventsSpec, WorkloadEvents  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 #: Bucket of the backend's timeline used to find the first call (s).
@@ -138,9 +141,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             redis_at = redis_cpu.read(router.redis)[1]
             own_cpu = time.process_time()
             started = time.time()
-            events = WorkloadEvents(sim.url, workload, profile,
-                             lambda model, quota: quotas.put(model, quota, actor="bench.direct"),
-                             lambda tasks: seed_store(store, tasks))
+            events = WorkloadEvents(EventsSpec(sim.url, workload, profile, args.postgres_dsn,
+                                               schema, redis_server.url, namespace))
             stack.callback(events.stop)
             events.start()
 

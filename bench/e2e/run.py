@@ -80,21 +80,30 @@ def _scaled(limits: dict[str, int | None], factor: float) -> dict[str, int | Non
     return {k: (None if v is None else max(1, int(v * factor))) for k, v in limits.items()}
 
 
+#: How long after the router's target is lowered the provider enforces the cut (s).
+CUT_GRACE_S = 1.0
+
+
 def lower_limits(http: httpx.Client, set_quota: Callable[[str, dict[str, Any]], object],
                  profile: SimulatorProfile, workload: Workload, factor: float
                  ) -> tuple[str, dict[str, int | None], dict[str, int | None]]:
-    """Lower the busiest model's target in the router (``set_quota``), then its limits at
-    the provider (the simulator behind ``http``): a planned cut, the team lowers the
-    target and the provider enforces it from then on. The other order would have the
-    provider refuse calls admitted under the old target in the moment between the two
-    changes, which measures that moment, not the router. The model, its limits before
-    and after."""
+    """Lower the busiest model's target in the router (``set_quota``), then, CUT_GRACE_S
+    later, its limits at the provider (the simulator behind ``http``): a planned cut, the
+    team lowers the target and the provider enforces it from then on. Without the grace
+    (or in the other order) the provider refuses the calls admitted under the old target
+    that had not reached it yet, which measures that moment, not the router: at W3's cut,
+    which comes as the first window's burst returns, 38-88 rpm 429s a run on a 2-core
+    machine. The run's yardstick places the cut at the provider's (the caller's stamp,
+    taken after this returns): the old limits of the grace are the reference's, not the
+    router's, which errs against the router.
+    The model, its limits before and after."""
     model = busiest_model(profile, workload)
     before = http.get("/limits").json()[model]
     provider = _scaled(before, factor)
     quota = router_quotas(profile)[model]
     quota.update({k: v for k, v in provider.items() if v is not None})
     set_quota(model, quota)
+    time.sleep(CUT_GRACE_S)
     http.put(f"/limits/{model}", json=provider).raise_for_status()
     return model, before, provider
 
