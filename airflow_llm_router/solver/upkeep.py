@@ -43,6 +43,15 @@ class Progress:
     hedged: int = 0
     live: set[str] = field(default_factory=set)
 
+    def line(self) -> str:
+        """The progress log's line. Calls in flight include hedges and the losing calls of
+        hedged prompts, which run on after their prompt is done, so they can outnumber the
+        prompts not done; a solver hedges only while none of its prompts waits for
+        admission, so then none waits (the difference is not a negative count)."""
+        waiting = max(0, self.total - self.done - self.calling)
+        return (f"solving: {self.done}/{self.total} done ({self.solved} solved), "
+                f"{self.calling} calls in flight, {waiting} waiting")
+
 
 async def keep_alive(router: AsyncRouterClient, progress: Progress) -> None:
     """Heartbeat every live lease together, a third of the lease TTL apart; never ends
@@ -84,9 +93,7 @@ async def report(router: AsyncRouterClient, progress: Progress, every_s: float) 
     """Log progress and send the usage gauges (see :mod:`airflow_llm_router.metrics`)."""
     while True:
         await asyncio.sleep(every_s)
-        log.info("solving: %d/%d done (%d solved), %d calls in flight, %d waiting",
-                 progress.done, progress.total, progress.solved, progress.calling,
-                 progress.total - progress.done - progress.calling)
+        log.info("%s", progress.line())
         try:
             metrics.usage(await router.stats())
         except Exception:  # gauges are best effort; Redis errors surface in the solving
