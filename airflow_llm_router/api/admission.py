@@ -107,7 +107,7 @@ class Admitted(BaseModel):
     reused: bool = Field(description="true: a retry of a request already admitted; the same "
                          "lease as before")
     late_after_s: float | None = Field(None, description=(
-        "past this many seconds the call is late for the model (about the 95th percentile "
+        "past this many seconds the call is late for the model (about the 85th percentile "
         "of its learned latency; null: unknown): you may send the prompt to another model "
         "as well and keep the first answer (complete each lease when its call ends: the "
         "backend counts a call in flight until then)"))

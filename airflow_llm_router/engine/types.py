@@ -175,11 +175,11 @@ class Admission:
     lease_ttl_s: float
     request_id: str
     reused: bool = False
-    #: seconds after admission past which a call on ``model`` is late (about the 95th
-    #: percentile of its learned latency), or None when nothing is known of its latency: a
-    #: caller may then send the prompt elsewhere too and keep the first answer
-    #: (``solver/hedging.py``; the call that loses runs on to its end, as the provider
-    #: counts it until then, and is settled as any call)
+    #: seconds after admission past which a call on ``model`` is late (its mean latency
+    #: plus one mean deviation, about the 85th percentile), or None when nothing is known
+    #: of its latency: a caller may then send the prompt elsewhere too and keep the first
+    #: answer (``solver/hedging.py``; the call that loses runs on to its end, as the
+    #: provider counts it until then, and is settled as any call)
     late_after_s: float | None = None
 
 

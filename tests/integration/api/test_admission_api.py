@@ -77,13 +77,13 @@ async def test_a_caller_that_hedges_says_so_over_http(make_api: MakeApi,
 
 async def test_a_late_call_can_be_hedged_and_abandoned_over_http(
         api: httpx.AsyncClient, engine: RouterClient) -> None:
-    """/schedule says when the call is late (from the quota's latency prior: 2 s + two
-    deviations of half of it); /complete takes ``abandoned``: the slot frees, and the
+    """/schedule says when the call is late (from the quota's latency prior: 2 s + one
+    deviation of half of it); /complete takes ``abandoned``: the slot frees, and the
     model's breaker and error count are untouched."""
     engine.set_quota("m", {**ROOMY, "expected_latency_s": 2.0})
     engine.set_quota("n", ROOMY)
     late = await schedule(api, models=["m"])
-    assert late["late_after_s"] == 4.0
+    assert late["late_after_s"] == 3.0
     assert (await schedule(api, models=["n"]))["late_after_s"] is None  # nothing known
     done = await api.post("/complete", json={"lease_id": late["lease_id"],
                                              "outcome": "abandoned"})

@@ -340,7 +340,7 @@ def test_a_caller_that_hedges_takes_a_slow_model_closer_to_the_backlogs_end(
     """8 tasks behind: the pair starts them within 20 s (fast frees its 2 in 10 s, then 4
     a window), and a fast call then ends 3.5 s later. The slow model's 99th percentile
     (28 s) ends after that, so a caller that does not hedge waits; its late point (8 s
-    mean and two deviations: 16 s) plus a fast call (3.5 s) ends before it, so a caller
+    mean and one deviation: 12 s) plus a fast call (3.5 s) ends before it, so a caller
     that hedges its late calls takes the slow model."""
     _scarce_pair(patient)
     assert [_model(patient) for _ in range(2)] == ["fast", "fast"]

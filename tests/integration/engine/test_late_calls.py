@@ -37,18 +37,18 @@ def test_an_admission_says_when_its_call_is_late(router: RouterClient, raw: redi
                                                  namespace: str) -> None:
     router.set_quota("prior", {**ROOMY, "expected_latency_s": 2.0})
     router.set_quota("unknown", ROOMY)
-    # from the prior: mean 2 s, deviation at its floor of half the mean: 2 + 2 x 1 s
-    assert _lease(router, "prior").late_after_s == 4.0
+    # from the prior: mean 2 s, deviation at its floor of half the mean: 2 + 1 x 1 s
+    assert _lease(router, "prior").late_after_s == 3.0
     assert _lease(router, "unknown").late_after_s is None
-    # learned: mean 1 s, mean deviation 0.8 s (above its floor of 0.5 s): 1 + 2 x 0.8
+    # learned: mean 1 s, mean deviation 0.8 s (above its floor of 0.5 s): 1 + 1 x 0.8
     raw.hset(RouterKeys(namespace).router("K_EST"), mapping={"prior|lat": 1000,
                                                                "prior|latd": 800})
-    assert _lease(router, "prior").late_after_s == 2.6
+    assert _lease(router, "prior").late_after_s == 1.8
     # a retried admission (same request id) gets its lease again, and the same figure
     first = _lease(router, "prior", rid="again")
     second = _lease(router, "prior", rid="again")
     assert second.reused and second.lease_id == first.lease_id
-    assert second.late_after_s == 2.6
+    assert second.late_after_s == 1.8
 
 
 def test_an_abandoned_call_frees_its_slot_and_says_nothing_of_the_model(

@@ -38,12 +38,17 @@ local function likely_latency(view)
 end
 
 -- When a call on a model is late (ms after its admission, or -1 when nothing is known of
--- the model's latency): HEDGE_SPREAD mean deviations past its mean (about its 95th
--- percentile at the spreads seen, never under twice the mean). The admission says it to
--- the caller, which may then send the prompt to another model as well, keep the first
+-- the model's latency): HEDGE_SPREAD mean deviations past its mean (about its 85th
+-- percentile at the spreads seen, never under 1.5 times the mean). The admission says it
+-- to the caller, which may then send the prompt to another model as well, keep the first
 -- answer and abandon the other (solver/hedging.py): a straggler that ends a backlog costs
--- it its whole excess, a second call costs one call.
-local HEDGE_SPREAD = 2
+-- it its whole excess, a second call costs one call. One deviation, not two (about the
+-- 95th percentile): a caller that hedges judges a slow model by its late point plus a
+-- fast call (hedged_latency below), so an earlier late point keeps the slow models taking
+-- work later into a backlog; measured on W4 without Airflow, 72.8, 76.1, 75.1 s against
+-- 76.7, 77.0, 76.9 s interleaved, W3 and W1 unchanged, at about twice the hedged calls
+-- (docs/benchmarks.md, "Late point at one deviation").
+local HEDGE_SPREAD = 1
 -- A model's late point (ms), or nil when nothing is known of its latency.
 local function late_point(view)
   return latency_at(view, HEDGE_SPREAD)
