@@ -92,7 +92,12 @@ class WorkloadEvents:
                 self.fired = self._results.get(timeout=0.2)
                 break
             except queue.Empty:
-                if not self._process.is_alive():  # died without a record
+                if not self._process.is_alive():  # ended: its record, if any, is in the pipe
+                    try:
+                        self.fired = self._results.get(timeout=1.0)
+                        break
+                    except queue.Empty:
+                        pass
                     self.fired = [{"at_s": None, "event": "events",
                                    "error": f"the events' process ended with exit code "
                                             f"{self._process.exitcode} and no record"}]
