@@ -74,7 +74,7 @@ function deadQuery() {
   return params.toString();
 }
 
-function deadRow(task) {
+function deadRow(task, drawn) {
   const box = el("input", { type: "checkbox", "aria-label": `Select task ${task.id}`,
                             checked: dead.selected.has(task.id) });
   box.addEventListener("change", () => {
@@ -87,15 +87,16 @@ function deadRow(task) {
     el("td", {}, `${task.attempts} / ${task.max_attempts}`), el("td", {}, models),
     el("td", { class: "error-text", title: task.last_error || "" }, task.last_error || ""),
     el("td", {}, new Date(task.updated_at).toLocaleString()));
-  return { row, box, drawn: JSON.stringify(task) };
+  return { row, box, drawn };
 }
 
 // The row for task, reused when the task is unchanged; its box shows the current selection
 // (a requeue clears the selection while the rows it left stay).
 function deadRowFor(task) {
+  const drawn = JSON.stringify(task);
   let entry = deadRows.get(task.id);
-  if (!entry || entry.drawn !== JSON.stringify(task)) {
-    entry = deadRow(task);
+  if (!entry || entry.drawn !== drawn) {
+    entry = deadRow(task, drawn);
     deadRows.set(task.id, entry);
   }
   entry.box.checked = dead.selected.has(task.id);
