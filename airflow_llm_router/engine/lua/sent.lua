@@ -5,7 +5,13 @@
 -- sent this script its call was sent, by the caller's clock; the script runs after that
 -- (the hop to Redis, its queue), so NOW - ago is no earlier than the send. Only ever later
 -- than the admission: safe.
--- Reply per lease: 1 moved, 0 not (unknown or already later).
+-- An entry may be gone already: an admission trims entries a window + guard after their
+-- admission, and a call can go out that late (its caller's event loop stalled) or its
+-- stamp arrive that late (refused while the slot migrated, while admissions went on). The
+-- backend counts such a call for a whole window from its arrival, so while its lease is
+-- held the entry comes back at the send, holding the model's output estimate (its input
+-- is not known here) until the lease settles with the actual tokens (complete.lua).
+-- Reply per lease: 1 moved or restored, 0 not (unknown or already later).
 local items = cjson.decode(ARGV[2])
 local out = {}
 for k, it in ipairs(items) do
@@ -13,6 +19,21 @@ for k, it in ipairs(items) do
   if type(it) == 'table' then lid, ago = it[1], math.max(0, tonumber(it[2]) or 0) end
   local m = split_model(lid)
   out[k] = 0
-  if m then out[k] = redis.call('ZADD', K_WIN(m), 'XX', 'GT', 'CH', int(NOW - ago), lid) end
+  if m then
+    local at = int(NOW - ago)
+    out[k] = redis.call('ZADD', K_WIN(m), 'XX', 'GT', 'CH', at, lid)
+    if out[k] == 0 and not redis.call('ZSCORE', K_WIN(m), lid) then
+      local info = redis.call('HGET', K_LEASES, lid)
+      if info then
+        local o = int(tonumber(redis.call('HGET', K_EST, m)) or 0)
+        redis.call('ZADD', K_WIN(m), math.max(at, lease_fields(info).t), lid)
+        if redis.call('HSETNX', K_WTOK(m), lid, o .. ':0:' .. o) == 1 then
+          redis.call('HINCRBY', K_WTOK(m), '_s', o)
+          redis.call('HINCRBY', K_WTOK(m), '_o', o)
+        end
+        out[k] = 1
+      end
+    end
+  end
 end
 return out
