@@ -282,10 +282,10 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
-    stop_reporting = asyncio.Event()
+    stop_reporting, claimed = asyncio.Event(), asyncio.Event()
     reporter = asyncio.create_task(
         report_backlog(solver.router, f"{store.schema}.{store.table}",
-                       lambda: d.call(store.backlog_size), stop_reporting),
+                       lambda: d.call(store.backlog_size), stop_reporting, claimed),
         name="llm-router-backlog")
     solver.watch_helper(reporter)
     try:
@@ -296,6 +296,8 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
             if may_claim and (open_slots >= refill or not active):
                 want = min(open_slots, settings.claim_batch)
                 started = await d.start(solver, want)
+                if started:
+                    claimed.set()  # the report the engine holds counts these twice
                 if len(started) < want:
                     quiet_until = time.monotonic() + 1.0
                 active.update(started)

@@ -23,6 +23,17 @@ TASKS = 200
 IN_FLIGHT = 20
 
 
+def drain_for(pg_schema: str) -> DrainTrigger:
+    """A drain of the test's store, :data:`IN_FLIGHT` calls at a time, for 4 s at most."""
+    return DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
+        worker_id="drain-under-test",
+        settings={"claim_ttl_s": 30, "claim_batch": IN_FLIGHT, "max_in_flight": IN_FLIGHT,
+                  "backoff_s": 0.05},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + 4)
+
+
 @pytest.mark.timeout(60)
 async def test_a_drain_reports_its_unclaimed_backlog(
     monkeypatch: pytest.MonkeyPatch, namespace: str, redis_url: str, pg_dsn: str,
@@ -32,13 +43,7 @@ async def test_a_drain_reports_its_unclaimed_backlog(
     store.enqueue([f"prompt {i}" for i in range(TASKS)])
     key = RouterKeys(namespace).router("K_BACKLOG")
     source = f"{pg_schema}.tasks"
-    trigger = DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
-        worker_id="drain-under-test",
-        settings={"claim_ttl_s": 30, "claim_batch": IN_FLIGHT, "max_in_flight": IN_FLIGHT,
-                  "backoff_s": 0.05},
-        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + 4)
+    trigger = drain_for(pg_schema)
     with serve_backend(profile, monkeypatch, namespace, pg_dsn), \
             redis.Redis.from_url(redis_url, decode_responses=True) as raw:
         set_quotas_from(router, profile)
@@ -98,3 +103,27 @@ async def test_the_backlog_reporter_stops_when_its_cancellation_is_swallowed(
     finally:
         reporter.cancel()
         await client.aclose()
+
+
+@pytest.mark.timeout(60)
+async def test_no_report_counts_the_tasks_a_drain_has_claimed(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, redis_url: str, pg_dsn: str,
+    pg_schema: str, store: TaskStore, router: RouterClient,
+) -> None:
+    """The engine counts the reported tasks and the requests waiting in it: a report made
+    before a claim counts the claimed tasks twice, so a drain's first report follows its
+    first claim."""
+    profile = small_profile(time_scale=1)  # one-minute windows: 75 calls in the first
+    store.enqueue([f"prompt {i}" for i in range(TASKS)])
+    key = RouterKeys(namespace).router("K_BACKLOG")
+    trigger = drain_for(pg_schema)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn), \
+            redis.Redis.from_url(redis_url, decode_responses=True) as raw:
+        set_quotas_from(router, profile)
+        drain = asyncio.create_task(anext(trigger.run()))
+        while (first := raw.hget(key, f"{pg_schema}.tasks")) is None:
+            assert not drain.done(), "the drain ended without reporting"
+            await asyncio.sleep(0.005)  # a poll of Redis: nothing to wait on
+        event = (await asyncio.wait_for(drain, 30)).payload
+    assert event["status"] == "done"
+    assert int(first.split(":")[0]) <= TASKS - IN_FLIGHT, first

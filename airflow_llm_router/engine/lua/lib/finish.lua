@@ -97,9 +97,14 @@ local HORIZON = nil
 -- window log: the room in its window now (its rpm, or its tpm at its learned output per
 -- call, less what the window holds), plus the entries that leave the window by then
 -- (a model that took its window in a burst gets it back in a burst: a window-blind rate
--- made a backlog that the next second's refill clears look ten seconds long), plus,
--- past one window, its calls per window at that rate; never more than its concurrency
--- plus what it ends at its learned mean latency.
+-- made a backlog that the next second's refill clears look ten seconds long); never more
+-- than its concurrency plus what it ends at its learned mean latency. (A window over its
+-- target, after a cut, first sheds what it holds over.) Past one window, what it started
+-- a window earlier frees its place again: a call started at s leaves at s + window, so
+-- within t it starts a whole window's calls per window passed, then what it could start
+-- within the rest, as within the first. (At that
+-- window's rate spread evenly instead, W1's backlog at its first second looked 33 s long
+-- where its second burst starts it by 21 s, and reasoner-large took calls of 25-31 s.)
 local function backlog_capacity()
   local ms = {}
   for _, m in ipairs(model_names()) do
@@ -110,21 +115,20 @@ local function backlog_capacity()
       local since = NOW - q.win
       local held = redis.call('ZCOUNT', K_WIN(m), '(' .. int(since), '+inf')
       local mean = EST[m .. '|lat'] or (q.lat and q.lat * 1000)
-      ms[#ms + 1] = {m = m, win = q.win, since = since, per_win = per_win, held = held,
-                     room = math.max(0, per_win - held), conc = q.conc,
+      ms[#ms + 1] = {m = m, win = q.win, since = since, per_win = per_win,
+                     room = math.max(0, per_win - held),
+                     over = math.max(0, held - per_win), conc = q.conc,
                      ends = (mean and mean > 0) and q.conc / mean or nil}
     end
   end
   return function(t)
     local total = 0
     for _, x in ipairs(ms) do
-      local c
-      if t >= x.win then
-        c = x.room + x.held + x.per_win * (t - x.win) / x.win
-      else
-        c = x.room + redis.call('ZCOUNT', K_WIN(x.m), '(' .. int(x.since),
-                                int(x.since + t))
-      end
+      local windows = math.floor(t / x.win)
+      local rest = t - windows * x.win
+      local left = redis.call('ZCOUNT', K_WIN(x.m), '(' .. int(x.since),
+                              int(x.since + rest))
+      local c = windows * x.per_win + x.room + math.max(0, left - x.over)
       if x.ends then c = math.min(c, x.conc + x.ends * t) end
       total = total + c
     end
@@ -142,7 +146,7 @@ local function backlog_horizon()
   local cap = backlog_capacity()
   if cap(0) >= n then return HORIZON end
   local lo, hi = 0, 1000
-  for _ = 1, 40 do  -- doubling (once past every window, no window log is read)
+  for _ = 1, 40 do  -- doubling
     if cap(hi) >= n then break end
     lo, hi = hi, hi * 2
   end
