@@ -130,12 +130,12 @@ async def report_backlog(router: AsyncRouterClient, source: str,
 
     Reports after the drain's first claim (``claimed`` set), then every
     :data:`BACKLOG_REPORT_S` and after each claim, at most every
-    :data:`BACKLOG_REPORT_MIN_S`. The engine counts
-    the reported tasks and the requests waiting in it, and a claimed task waits there: a
-    report from before a claim counts it twice. At a drain's start that was most of the
-    backlog: W1's 2,000 tasks reported before two drains claimed 800 made the engine see
-    2,111 for a second, a horizon of 39 s where 21 s was right, and reasoner-large took
-    calls that ended 33 s in (5 of 8 warm runs 32.5-35.0 s, the others 24.2-28.6 s).
+    :data:`BACKLOG_REPORT_MIN_S`. The engine counts the reported tasks and the requests
+    waiting in it, and a claimed task waits there: a report from before a claim counts it
+    twice. At a drain's start that was most of the backlog: W1's 2,000 tasks reported
+    before two drains claimed 800 made the engine see 2,111 for a second, a horizon of
+    39 s where 21 s was right, and reasoner-large took calls that ended 33 s in (5 of 8
+    warm runs 32.5-35.0 s, the others 24.2-28.6 s).
 
     Ends once ``stop`` is set, cancelled or not: a call under way may swallow its
     cancellation (seen in a loaded CI run: the loop went on reporting after the drain had
