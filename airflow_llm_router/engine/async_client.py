@@ -44,7 +44,7 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
                                          self.sharded_pubsub)
         self._merger = ScriptMerger(self._script)
         #: send stamps on their way to Redis, which admissions and settlements wait for
-        #: (:meth:`_run`)
+        #: (:meth:`_stamp`)
         self._stamping: set[asyncio.Future[Any]] = set()
 
     @classmethod

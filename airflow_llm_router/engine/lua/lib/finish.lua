@@ -102,9 +102,8 @@ local HORIZON = nil
 -- target, after a cut, first sheds what it holds over.) Past one window, what it started
 -- a window earlier frees its place again: a call started at s leaves at s + window, so
 -- within t it starts a whole window's calls per window passed, then what it could start
--- within the rest, as within the first. (At that
--- window's rate spread evenly instead, W1's backlog at its first second looked 33 s long
--- where its second burst starts it by 21 s, and reasoner-large took calls of 25-31 s.)
+-- within the rest, as within the first (where it had spread each later window's calls
+-- evenly over it).
 local function backlog_capacity()
   local ms = {}
   for _, m in ipairs(model_names()) do
