@@ -18,7 +18,11 @@ asked, and prints per run:
 - each model's calls per window (from the backend's timeline), against its rpm, and per
   second in ``runs.json`` (from the backend's reset, the first call's second included),
   and per 50 ms over the first 3 s from the first call (``calls_first_3s``: the first
-  window's burst);
+  window's burst) and over the 3 s a window later (``calls_second_window_3s``: how
+  closely the second window's calls follow the first's as those leave);
+- each model's guard at the end, how often the engine widened it (a widened guard holds
+  the second window's calls back) and the output tokens it reserves per call
+  (``engine_end``);
 - the CPU the run took in the private Redis (the engine's scripts; its process, read as
   ``bench.admission`` reads it) and in the drains' process (``cpu_s``).
 
@@ -158,6 +162,10 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             cpu = {"redis": round(redis_cpu.read(router.redis)[1] - redis_at, 2),
                    "drains": round(time.process_time() - own_cpu, 2)}
             events.stop()
+            engine = {m.model: {"guard_ms": m.guard_ms,
+                                "guard_widened": m.counters.get("guard_widened", 0),
+                                "output_estimate": m.output_estimate}
+                      for m in router.stats().models.values()}
             stats = http.get("/stats").json()
             fine = http.get("/timeline", params={"bucket_s": FIRST_CALL_BUCKET_S}).json()
             window = http.get("/timeline", params={"bucket_s": profile.scaled_window_s}).json()
@@ -188,8 +196,10 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "calls_per_second": {m: v["requests"] for m, v in second["models"].items()
                              if any(v["requests"])},
         "calls_first_3s": _start(fine, first),
+        "calls_second_window_3s": _start(fine, first + profile.scaled_window_s),
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in finals),
         "cpu_s": cpu,
+        "engine_end": engine,
         "warm": args.warm,
         "events": [e.get("status") for e in finals],
         "fired": events.fired,
