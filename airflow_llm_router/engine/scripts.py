@@ -5,6 +5,12 @@ falls back to SCRIPT LOAD on NOSCRIPT). Sync and async clients register the same
 Which per-model keys an operation declares (:func:`model_keys`) is read from its Lua: the
 key functions of ``keys.MODEL_KEYS`` it calls, so a script cannot touch one it does not
 declare (the prelude binds only those).
+
+Lua allows a function at most 200 local variables in scope at once, and a script's
+libraries all live in its main function: a library keeps its own constants and helpers
+in a ``do ... end`` block and declares before it only the names other files use
+(``lib/kinds.lua``, ``lib/finish.lua``). ``admit`` loads every library and had none to
+spare before those two did so.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@
 -- fast ones could finish it (early in a backlog, when the fast models' windows are full).
 -- Without a latency estimate for every candidate (nothing observed, no prior), the weighted
 -- fair share decides alone (lib/fair.lua).
---
+local late_after, likely_wait, backlog_horizon, finish_order, finish_bar, finish_waits_for
+-- What this library keeps to itself lives in this block: a script's main function may
+-- have at most 200 locals (Lua's limit), and admit.lua loads every library.
+do
 -- Likely latency: the learned mean (K_EST '<model>|lat', weighted by recency, from the
 -- quota's prior 'lat' when it has one: lib/kinds.lua) plus FINISH_SPREAD mean deviations
 -- (K_EST '<model>|latd', the mean |latency - mean|), never fewer than SPREAD_FLOOR of the
@@ -54,7 +57,7 @@ local function late_point(view)
   return latency_at(view, HEDGE_SPREAD)
 end
 
-local function late_after(m)
+function late_after(m)
   local view = model_view(m)
   local late = view and late_point(view)
   return late and int(late) or -1
@@ -66,7 +69,7 @@ end
 -- waiters queued ahead of the request are served first (its place in the queue, or, not
 -- queued yet, every waiter ranked up to its rank: lib/waiters.lua), and the model's calls
 -- end at max_concurrency per mean latency (mean, ms).
-local function likely_wait(st, wait, reason, req, rank, queued, mean)
+function likely_wait(st, wait, reason, req, rank, queued, mean)
   if reason ~= 'concurrency' then return wait end
   local ahead = req.ahead  -- the same for every model tried: counted once per request
   if not ahead then
@@ -136,7 +139,7 @@ local function backlog_capacity()
 end
 
 local HORIZON_STEPS = 10  -- bisections: a window's 1/1024th
-local function backlog_horizon()
+function backlog_horizon()
   if HORIZON then return HORIZON end
   HORIZON = 0
   local n, live = backlog_reports(false)  -- lib/reports.lua
@@ -226,7 +229,7 @@ end
 -- order is kept with the tiers until the next admission moves the fair share: the
 -- requests that wait in a round (most of them, while every model is full) share one sort.
 -- Read only: callers must not change it.
-local function finish_order(names, hedge)
+function finish_order(names, hedge)
   local t = finish_tiers(names, hedge)
   if not t then return nil end
   local lat, group = t.lat, t.group
@@ -253,7 +256,7 @@ end
 -- callers' own delays, and waiting to save less is not worth holding a request while a
 -- model has room. A slower group is passed as soon as it would end later: near the end of
 -- a backlog, a call that ends after the fast models have done the rest is what ends it.
-local function finish_bar(g, soonest, soon_m, lat, group)
+function finish_bar(g, soonest, soon_m, lat, group)
   if g == group[soon_m] then return soonest + lat[soon_m] end
   return soonest
 end
@@ -261,7 +264,8 @@ end
 -- What a request that waits is queued as (lib/waiters.lua): by the finish time it waits
 -- for one model (m; nil: it waits as it asked), so once it has starved it holds back
 -- capacity there only, not on the slower models it allows but would not take.
-local function finish_waits_for(req, m)
+function finish_waits_for(req, m)
   if not m then return req end
   return {hot = req.hot, s = req.s, i = req.i, o = req.o, k = req.k, ms = {m}}
+end
 end

@@ -9,6 +9,10 @@
 -- per kind, so every key a script touches is one the client declared for the model).
 -- Bounded: at most KIND_MAX kinds per model (the least recently seen is dropped) and each
 -- forgotten KIND_TTL after it was last seen, so free-form labels cannot grow Redis.
+local observe_latency, observe_excess, observe_p95, kind_observe, kind_estimate, kinds_of
+-- What this library keeps to itself lives in this block: a script's main function may
+-- have at most 200 locals (Lua's limit), and admit.lua loads every library.
+do
 local OBSERVED = 64
 local LAT_ALPHA = 0.2
 -- The mean excess moves slowly: most calls write less than their reservation, and the
@@ -53,7 +57,7 @@ end
 -- end, and it is given calls that end last.
 local LAT_MEMORY = 30000
 local PRIOR_WEIGHT = 4
-local function observe_latency(h, f, samples, prior)
+function observe_latency(h, f, samples, prior)
   if #samples == 0 then return end
   local v = redis.call('HMGET', h, f, f .. 'd', f .. 'w', f .. 't')
   local cur, dev = tonumber(v[1]), tonumber(v[2])
@@ -86,7 +90,7 @@ end
 -- reserved (0 for a call within its reservation), an EWMA in K_EST '<model>|xs'; and its
 -- largest lately, '<model>|xm' (excess_top in lib/prelude.lua: it halves as time passes,
 -- and a larger one replaces it).
-local function observe_excess(m, excess)
+function observe_excess(m, excess)
   observe_ewma(K_EST, m .. '|xs', excess, EXCESS_ALPHA, 0)
   local top = 0
   for _, x in ipairs(excess) do top = math.max(top, x) end
@@ -109,7 +113,7 @@ local OUTPUT_TRUST = 16
 -- 95th percentile in h[f] (the sort is the costly part: callers recompute on a cadence),
 -- never below `prior()` (the quota's prior, or nil; called only then) while fewer than
 -- OUTPUT_TRUST were seen.
-local function observe_p95(key, h, f, outputs, recompute, prior)
+function observe_p95(key, h, f, outputs, recompute, prior)
   if #outputs == 0 then return end
   if redis.call('LPUSH', key, unpack(outputs)) > OBSERVED + 16 then  -- trimmed every ~16
     redis.call('LTRIM', key, 0, OBSERVED - 1)
@@ -167,7 +171,7 @@ local function kind_p95(h, kind, outputs, recompute)
 end
 
 -- Learn from one model's settled calls of one kind: outputs (tokens) and latencies (ms).
-local function kind_observe(m, kind, outputs, latencies)
+function kind_observe(m, kind, outputs, latencies)
   local h = K_KIND(m)
   if redis.call('HSET', h, 't|' .. kind, int(NOW)) == 1 then kind_bound(m, kind) end
   observe_ewma(h, 'l|' .. kind, latencies)
@@ -183,7 +187,7 @@ end
 -- is `est`: the kind's own percentile once trusted, else the larger of both. One HMGET
 -- per (model, kind) per script call.
 local KIND_EST = {}
-local function kind_estimate(m, est, kind)
+function kind_estimate(m, est, kind)
   if not kind then return est end
   local id = m .. '|' .. kind
   local v = KIND_EST[id]
@@ -201,7 +205,7 @@ end
 
 -- Model m's kinds as {kind = {output_estimate, latency_ms, observed, seen_ms_ago}}, or nil
 -- without any (for stats).
-local function kinds_of(m)
+function kinds_of(m)
   local raw = redis.call('HGETALL', K_KIND(m))
   if #raw == 0 then return nil end
   local f = {}
@@ -219,4 +223,5 @@ local function kinds_of(m)
   end
   if any then return out end
   return nil
+end
 end
