@@ -268,4 +268,4 @@ function finish_waits_for(req, m)
   if not m then return req end
   return {hot = req.hot, s = req.s, i = req.i, o = req.o, k = req.k, ms = {m}}
 end
-end
+end  -- of what this library keeps to itself

@@ -224,4 +224,4 @@ function kinds_of(m)
   if any then return out end
   return nil
 end
-end
+end  -- of what this library keeps to itself
