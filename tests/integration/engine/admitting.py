@@ -1,4 +1,5 @@
-"""Admitting one-token requests in engine tests: all that fit now, or as soon as any do."""
+"""Admitting one-token requests in engine tests: all that fit now, or as soon as any do; and
+the engine's clock (Redis TIME), which window entries and leases are stamped with."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ from collections.abc import Callable
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import Admission, Wait
+
+
+def redis_ms(router: RouterClient) -> int:
+    """Redis's clock in ms: what the scripts stamp window entries with."""
+    seconds, micros = router.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def admit_all(router: RouterClient, most: int = 200) -> list[Admission]:

@@ -20,15 +20,11 @@ import pytest
 
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
+from tests.integration.engine.admitting import redis_ms
 
 #: rpm 2 in one-second windows, the guard at its least
 QUOTA = {"rpm": 2, "tpm": 10**6, "max_concurrency": 10, "window_s": 1}
 WINDOW_MS, GUARD_MS = 1000, 50
-
-
-def redis_ms(router: RouterClient) -> int:
-    seconds, micros = router.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def wait_past_its_window(router: RouterClient, window: str, lease_id: str) -> None:

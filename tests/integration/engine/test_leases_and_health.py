@@ -10,6 +10,7 @@ import pytest
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
 from airflow_llm_router.exceptions import LeaseNotFoundError
+from tests.integration.engine.admitting import redis_ms
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -196,12 +197,8 @@ def test_sent_restarts_the_window_entry_from_now(router: RouterClient) -> None:
     window = router.core.keys.model("K_WIN", "a")
     admitted_at = router.redis.zscore(window, lease.lease_id)
 
-    def redis_ms() -> int:
-        seconds, micros = router.redis.time()
-        return seconds * 1000 + micros // 1000
-
-    wait_until(lambda: redis_ms() > admitted_at + 2)  # the call waits a little before sending
-    before = redis_ms()
+    wait_until(lambda: redis_ms(router) > admitted_at + 2)  # the call waits a little before sending
+    before = redis_ms(router)
     assert router.mark_sent([lease.lease_id]) == 1
     assert router.redis.zscore(window, lease.lease_id) >= before > admitted_at
     assert router.mark_sent(["a#404"]) == 0  # unknown leases are ignored
@@ -217,15 +214,11 @@ def test_sent_with_its_age_restarts_the_entry_from_the_send(router: RouterClient
     window = router.core.keys.model("K_WIN", "a")
     admitted_at = router.redis.zscore(window, late.lease_id)
 
-    def redis_ms() -> int:
-        seconds, micros = router.redis.time()
-        return seconds * 1000 + micros // 1000
-
-    wait_until(lambda: redis_ms() > admitted_at + 300)
-    before = redis_ms()
+    wait_until(lambda: redis_ms(router) > admitted_at + 300)
+    before = redis_ms(router)
     # late: sent 200 ms before the stamp; early: "sent" before its own admission
     assert router.mark_sent([late.lease_id, early.lease_id], [0.2, 60.0]) == 1
-    after = redis_ms()
+    after = redis_ms(router)
     assert before - 200 <= router.redis.zscore(window, late.lease_id) <= after - 200
     assert router.redis.zscore(window, early.lease_id) <= admitted_at  # never moved back
     with pytest.raises(ValueError, match="ago_s"):

@@ -16,14 +16,11 @@ ROOM = 16
 
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_each_script_has_room_for_more_locals(operation: str, redis_url: str) -> None:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        padding = "".join(f"local _room_{k} = nil\n" for k in range(ROOM))
+    padding = "".join(f"local _room_{k} = nil\n" for k in range(ROOM))
+    with redis.Redis.from_url(redis_url) as client:
         try:
             client.script_load(padding + script_source(operation))
         except redis.ResponseError as err:
             pytest.fail(f"{operation}: fewer than {ROOM} locals to spare ({err}); move a "
                         "library's own constants and helpers into its do ... end block "
                         "(see lib/kinds.lua)")
-    finally:
-        client.close()
