@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ from airflow.sdk import Context
 from airflow.sdk.bases.operator import BaseAsyncOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.operators.base import SolvingOperator, event_status, first_event
 from airflow_llm_router.solver.settings import DrainSettings
 from airflow_llm_router.store import TaskStore
@@ -25,9 +27,11 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
     ``settings.time_budget_s`` is spent. Tasks left unsolved go back to the backlog, never
     lost. The XCom is the drain's summary (solved, failed, dead, released, stale, elapsed).
 
-    Deferrable by default: the drain runs in the triggerer and no worker slot is held. With
-    ``deferrable=False`` the same drain runs in the worker. For prompts given in the DAG,
-    use :class:`~airflow_llm_router.operators.prompts.SolvePromptsOperator`.
+    Deferrable by default: the drain runs in the triggerer and no worker slot is held;
+    ``settings.start_in_worker_s`` drains in the worker first, for a sooner start, and
+    hands the rest to the triggerer. With ``deferrable=False`` the same drain runs in the
+    worker. For prompts given in the DAG, use
+    :class:`~airflow_llm_router.operators.prompts.SolvePromptsOperator`.
 
     :param settings: a :class:`~airflow_llm_router.solver.settings.DrainSettings`, or a dict
         of its fields (templates allowed, e.g. from a ``BackpressureSensor``'s
@@ -59,7 +63,14 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
     def execute(self, context: Context) -> Any:
         settings = self.parsed_settings()
         self._migrate()
-        trigger = self._trigger(context, settings)
+        deadline = self.deadline(settings)
+        state: dict[str, Any] = {"started": time.time()}
+        if self.deferrable and settings.start_in_worker_s > 0:
+            state["in_worker"] = self._start_in_worker(context, settings, deadline, state)
+            if time.time() >= deadline:
+                return self.execute_complete(context, {"status": "done", "summary": {},
+                                                       "state": state})
+        trigger = self._trigger(context, settings, deadline, state)
         return self.execute_complete(context, self.run_trigger(trigger, settings))
 
     def _migrate(self) -> None:
@@ -67,7 +78,43 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
                                     table=self.store_table) as store:
             store.migrate()
 
-    def _trigger(self, context: Context, settings: DrainSettings) -> DrainTrigger:
+    def _start_in_worker(self, context: Context, settings: DrainSettings, deadline: float,
+                         state: dict[str, Any]) -> dict[str, Any]:
+        """Drain here, in the worker, until the backlog is empty or
+        ``settings.start_in_worker_s`` is spent; the summary of what it did. The triggerer
+        starts a deferred trigger on its next loop (1-2 s), so an arrival on an idle system
+        is admitted that much sooner; what is left (and the lingering) goes to the trigger
+        after. Claims not yet admitted when the time is spent go back to the backlog."""
+        until = min(deadline, time.time() + settings.start_in_worker_s)
+        if settings.start_in_flight is not None:
+            n = settings.start_in_flight or self._advised_in_flight(settings)
+            settings = settings.model_copy(update={
+                "max_in_flight": n, "claim_batch": max(settings.claim_batch, n)})
+        head = self._trigger(context, settings, until, state, until_empty=True)
+        event = asyncio.run(first_event(head))
+        if event_status(event) == "error":
+            raise AirflowException(f"draining failed: {event.get('error')}")
+        summary = dict(event.get("summary") or {})
+        self.log.info("drained in the worker (%d in flight) for %.1f s: %s; deferring the "
+                      "rest", settings.max_in_flight, float(summary.get("elapsed_s", 0.0)),
+                      summary)
+        return summary
+
+    def _advised_in_flight(self, settings: DrainSettings) -> int:
+        """The calls in flight the router advises for the whole backlog (capped by it), or
+        ``max_in_flight`` if that is more."""
+        with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
+                                    table=self.store_table) as store:
+            backlog = store.backlog_size()
+        client = RouterHook(self.router_conn_id).client
+        try:
+            advice = client.advice(backlog, settings.max_in_flight)
+        finally:
+            client.close()
+        return max(settings.max_in_flight, min(backlog, math.ceil(advice.in_flight_needed)))
+
+    def _trigger(self, context: Context, settings: DrainSettings, deadline: float,
+                 state: dict[str, Any], *, until_empty: bool = False) -> DrainTrigger:
         """The drain, as a trigger; it takes back the live claims of this task's earlier
         tries (a try that crashed could not hand them back)."""
         ti = context["ti"]
@@ -78,18 +125,34 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
             settings=settings.model_dump(),
             router_conn_id=self.router_conn_id,
             backend_conn_id=self.backend_conn_id,
-            deadline=self.deadline(settings),
-            state={"started": time.time()},
+            deadline=deadline,
+            state=state,
             earlier_workers=[_worker_id(context, n) for n in range(1, int(ti.try_number))],
+            until_empty=until_empty,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the trigger: the event carries the drain's totals."""
+        """Resume after the trigger: the event carries the drain's totals (with those of
+        its start in the worker, carried in its state)."""
         if event_status(event) == "error":
             raise AirflowException(f"draining failed: {(event or {}).get('error')}")
-        summary = (event or {}).get("summary") or {}
+        summary = _merge_summaries((event or {}).get("summary") or {},
+                                  ((event or {}).get("state") or {}).get("in_worker") or {})
         self.log.info("drain ended: %s", summary)
         return summary
+
+
+def _merge_summaries(summary: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """A drain's summary with the counts of an earlier part of the same drain added (its
+    start in the worker); ``elapsed_s`` is the later part's, counted from the drain's
+    start."""
+    out = dict(summary)
+    for name, value in earlier.items():
+        if name == "elapsed_s":
+            out.setdefault(name, value)
+        elif isinstance(value, int):
+            out[name] = int(out.get(name, 0)) + value
+    return out
 
 
 class SolveTaskAsyncOperator(SolveTaskOperator, BaseAsyncOperator):
@@ -114,7 +177,8 @@ class SolveTaskAsyncOperator(SolveTaskOperator, BaseAsyncOperator):
     async def aexecute(self, context: Context) -> Any:
         settings = self.parsed_settings()
         await asyncio.to_thread(self._migrate)
-        event = await first_event(self._trigger(context, settings))
+        event = await first_event(self._trigger(context, settings, self.deadline(settings),
+                                                {"started": time.time()}))
         return self.execute_complete(context, event)
 
 

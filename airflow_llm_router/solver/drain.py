@@ -116,6 +116,7 @@ class _Draining:
     results: list[SolveResult] = field(default_factory=list)
     watch: BacklogWatch | None = None
     waiting_for_others: bool = False
+    until_empty: bool = False
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a store call in a thread, one at a time. If the drain is cancelled meanwhile,
@@ -189,10 +190,13 @@ class _Draining:
     async def idle(self) -> bool:
         """Nothing in progress: whether to claim again (tasks remain, arrived while
         lingering, or came back from a dead worker's claims) or stop (deadline passed;
-        backlog empty, nobody else holding claims, and nothing arrived)."""
+        backlog empty, nobody else holding claims, and nothing arrived; or, with
+        ``until_empty``, backlog empty)."""
         if time.time() >= self.deadline:
             return False
         if await self.call(self.store.backlog_size) == 0:
+            if self.until_empty:
+                return False
             others = await self.call(self.store.claims_in_progress)
             if others.count:
                 return await self.wait_for_others(others.count, others.next_expiry_s)
@@ -269,15 +273,19 @@ def _collect(done: set[asyncio.Task[SolveResult]],
 
 async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                       worker_id: str, state: DrainState,
-                      earlier_workers: Sequence[str] = ()) -> DrainState:
+                      earlier_workers: Sequence[str] = (), *,
+                      until_empty: bool = False) -> DrainState:
     """Claim, solve and write until the backlog is empty (and stays empty for
     ``settings.linger_s``) or the solver's deadline passes.
 
     :param worker_id: recorded on each claim; the live claims it already holds (an
         earlier run of the same trigger) are taken back first.
     :param earlier_workers: worker ids of earlier tries of the same task, whose live claims
-        are taken back too (a try that crashed could not hand them back)."""
-    d = _Draining(store, settings, worker_id, solver.deadline, state, tuple(earlier_workers))
+        are taken back too (a try that crashed could not hand them back).
+    :param until_empty: end once nothing is in progress and the backlog is empty, without
+        waiting for others' claims or lingering (a drain that hands over to another)."""
+    d = _Draining(store, settings, worker_id, solver.deadline, state, tuple(earlier_workers),
+                  until_empty=until_empty)
     active: set[asyncio.Task[SolveResult]] = set()
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()

@@ -72,12 +72,24 @@ class DrainSettings(SolveSettings):
         notifications) for new tasks before ending; each arrival restarts the wait.
         0: end at once.
     :param flush_every_s: how often buffered answers are written.
+    :param start_in_worker_s: the deferrable :class:`SolveTaskOperator` first drains in its
+        worker for up to this long, then defers: the first calls go out as the task starts,
+        not after the triggerer's loop has picked the trigger up (1-2 s). The worker hands
+        over as soon as the backlog is empty (the waiting, and ``linger_s``, happen in the
+        triggerer) or this time is spent (it claims no more, ends its calls in flight and
+        defers); it holds a worker slot meanwhile. 0: defer at once. Ignored elsewhere.
+    :param start_in_flight: calls in flight during that start in the worker. None: as
+        ``max_in_flight``; 0: as many as the router advises for the backlog (each model's
+        window quota at once, capped by the backlog), so a task started before the others
+        sends the whole first burst alone.
     """
 
     claim_batch: int = Field(100, ge=1)
     claim_ttl_s: float = Field(120.0, gt=0)
     linger_s: float = Field(0.0, ge=0)
     flush_every_s: float = Field(0.2, gt=0)
+    start_in_worker_s: float = Field(0.0, ge=0)
+    start_in_flight: int | None = Field(None, ge=0)
 
 
 S = TypeVar("S", bound=SolveSettings)

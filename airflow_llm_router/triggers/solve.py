@@ -116,6 +116,9 @@ class DrainTrigger(_SolvingTrigger):
     :param state: the caller's bookkeeping, returned unchanged in the event.
     :param earlier_workers: worker ids of the task's earlier tries, whose live claims the
         drain takes back first.
+    :param until_empty: end as soon as the backlog is empty and nothing is in progress:
+        no waiting for others' claims, no lingering (the operator's start in the worker,
+        which hands the rest to a trigger).
     """
 
     settings_class = DrainSettings
@@ -123,7 +126,7 @@ class DrainTrigger(_SolvingTrigger):
     def __init__(self, *, store: dict[str, str], worker_id: str, settings: dict[str, Any],
                  router_conn_id: str, backend_conn_id: str, deadline: float,
                  state: dict[str, Any] | None = None,
-                 earlier_workers: list[str] | None = None) -> None:
+                 earlier_workers: list[str] | None = None, until_empty: bool = False) -> None:
         super().__init__(settings=settings, router_conn_id=router_conn_id,
                          backend_conn_id=backend_conn_id, deadline=deadline, state=state)
         missing = {"postgres_conn_id", "schema", "table"} - set(store)
@@ -133,6 +136,7 @@ class DrainTrigger(_SolvingTrigger):
         self.store = store
         self.worker_id = worker_id
         self.earlier_workers = list(earlier_workers or [])
+        self.until_empty = until_empty
 
     def _settings(self) -> DrainSettings:
         return DrainSettings.model_validate(self.settings)
@@ -145,7 +149,8 @@ class DrainTrigger(_SolvingTrigger):
         try:
             async with self._solver() as solver:
                 state = await drain_store(store, solver, self._settings(), self.worker_id,
-                                          state, self.earlier_workers)
+                                          state, self.earlier_workers,
+                                          until_empty=self.until_empty)
         finally:
             await asyncio.to_thread(store.close)
         return {"summary": state.summary()}

@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.operators.solve import SolveTaskAsyncOperator, SolveTaskOperator
 from airflow_llm_router.solver.settings import DrainSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
+from tests.integration.backends import quotas_from, small_profile
 from tests.integration.operators.running import context, fire
 from tests.integration.watching import until_listening
 
@@ -99,6 +102,81 @@ def test_lingering_drain_takes_tasks_that_arrive_after_the_backlog_emptied(
         event = asyncio.run(drain_with_a_late_arrival())
         summary = op.execute_complete(context(), event=event)
         assert summary["solved"] == 15 and store.counts()["solved"] == 15
+
+
+def test_a_start_in_the_worker_admits_before_deferring_and_the_trigger_lingers(
+    backend: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    """``start_in_worker_s``: the backlog is drained in the worker before the task defers
+    (no wait for the triggerer's loop); the trigger then lingers for arrivals, and the
+    summary counts both parts."""
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"early {i}" for i in range(10)])
+        op = SolveTaskOperator(task_id="t", store_schema=pg_schema,
+                               settings={"linger_s": 3, "start_in_worker_s": 30})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context())
+        assert store.counts()["solved"] == 10  # before deferring, in the worker
+        trigger = deferred.value.trigger
+        assert isinstance(trigger, DrainTrigger) and not trigger.until_empty
+        assert trigger.state["in_worker"]["solved"] == 10
+
+        async def linger_for_a_late_arrival() -> dict[str, Any]:
+            run = asyncio.create_task(fire(trigger))
+            await until_listening(pg_dsn, pg_schema, run)
+            await asyncio.to_thread(store.enqueue, [f"late {i}" for i in range(5)])
+            return await asyncio.wait_for(run, 30)
+
+        summary = op.execute_complete(context(), event=asyncio.run(linger_for_a_late_arrival()))
+        assert summary["solved"] == 15 and store.counts()["solved"] == 15
+
+
+def test_a_start_in_the_worker_hands_the_rest_over_when_its_time_is_spent(
+    backend: Any, pg_dsn: str, pg_schema: str, redis_url: str, namespace: str
+) -> None:
+    """The worker claims nothing after ``start_in_worker_s``: tasks it claimed and could not
+    start go back to the backlog before it defers, none stays claimed, and the trigger
+    solves the rest."""
+    router = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    for name, quota in quotas_from(small_profile(time_scale=600)).items():
+        router.set_quota(name, {**quota, "window_s": 1.0})  # 75 calls a second in all
+    router.close()
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"prompt {i}" for i in range(200)])
+        op = SolveTaskOperator(task_id="t", store_schema=pg_schema,
+                               settings={"start_in_worker_s": 0.5, "claim_batch": 200,
+                                         "max_in_flight": 200})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context())
+        counts = store.counts()
+        in_worker = deferred.value.trigger.state["in_worker"]
+        assert counts["claimed"] == 0 and counts["solved"] == in_worker["solved"]
+        assert 0 < counts["solved"] < 200 and in_worker["released"] == counts["pending"]
+        assert counts["pending"] + counts["solved"] == 200
+        summary = op.execute_complete(context(),
+                                      event=asyncio.run(fire(deferred.value.trigger)))
+        assert summary["solved"] == 200 and store.counts()["solved"] == 200
+
+
+def test_a_start_in_the_worker_can_take_the_advised_calls_in_flight_alone(
+    backend: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    """``start_in_flight=0``: the start in the worker keeps as many calls in flight as the
+    router advises for the backlog (capped by it), not its own ``max_in_flight``: the 50
+    tasks go in one claim, not claims of 20."""
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"prompt {i}" for i in range(50)])
+        op = SolveTaskOperator(task_id="t", store_schema=pg_schema,
+                               settings={"start_in_worker_s": 30, "start_in_flight": 0,
+                                         "claim_batch": 20, "max_in_flight": 20})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context())
+        in_worker = deferred.value.trigger.state["in_worker"]
+        assert in_worker["solved"] == 50 and in_worker["chunks"] == 1
+        assert deferred.value.trigger.settings["max_in_flight"] == 20  # the trigger's own
 
 
 def test_drain_cut_short_returns_its_claims(backend: Any, pg_dsn: str, pg_schema: str) -> None:

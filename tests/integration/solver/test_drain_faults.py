@@ -136,6 +136,30 @@ async def test_a_drain_after_a_crash_waits_for_the_dead_workers_claims(
     assert counts["solved"] == 30 and counts["claimed"] == 0
 
 
+async def test_a_drain_that_hands_over_ends_with_the_backlog_not_with_others_claims(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """``until_empty`` (the operator's start in the worker): the drain ends once the
+    backlog is empty and its own tasks are written, without waiting for another worker's
+    live claims or lingering; the trigger it hands over to does that waiting."""
+    profile = small_profile(time_scale=120)
+    store.enqueue([f"prompt {i}" for i in range(30)])
+    assert len(store.claim(20, worker_id="other-worker", claim_ttl_s=3600)) == 20
+    drain = DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
+        worker_id="drain-under-test", settings={"linger_s": 600, "claim_batch": 50},
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + 600, until_empty=True)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn):
+        set_quotas_from(router, profile)
+        event = await _event(drain, within_s=60)
+    assert event["status"] == "done", event
+    assert event["summary"]["solved"] == 10
+    counts = store.counts()
+    assert counts["solved"] == 10 and counts["claimed"] == 20
+
+
 async def test_a_restarted_drain_takes_back_its_own_claims_at_once(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
     store: TaskStore, router: RouterClient,
