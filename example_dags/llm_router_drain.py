@@ -1,13 +1,19 @@
 """Drain the task store's backlog with mapped, deferrable solvers, as many as the router
 advises.
 
-``advise`` (a ``BackpressureSensor``) waits, in the triggerer, for a backlog and asks the
-router's advice: the calls in flight that saturate each model's quota (a window's quota sent
-at once, or by Little's law for a model slower than its window), divided by one solver's
-``max_in_flight``, capped by the backlog and ``max_solvers``. It
-returns one settings dict per advised solver and ``SolveTaskOperator`` is mapped over that
-list with ``expand_kwargs`` (the advice itself is the sensor's XCom ``advice``). A quota
-raise or a slower model changes the fan-out on the next run without editing the DAG.
+A run starts two tasks at once. ``lead``, one ``SolveTaskOperator``, drains at once: it
+starts in its worker (``start_in_worker_s``) rather than waiting for the triggerer to pick
+its trigger up, so an arrival on an idle system is admitted as soon as the task starts;
+there it keeps as many calls in flight as the router advises for the whole backlog
+(``start_in_flight``), so the first burst goes out before the other solvers have started;
+and it hands the rest, and the lingering, to the triggerer. ``advise`` (a
+``BackpressureSensor``) asks the router's advice: the calls in flight that saturate each
+model's quota (a window's quota sent at once, or by Little's law for a model slower than its
+window), divided by one solver's ``max_in_flight``, capped by the backlog and
+``max_solvers``. It returns one settings dict per advised solver beyond the lead, and
+``SolveTaskOperator`` is mapped over that list with ``expand_kwargs`` (the advice itself is
+the sensor's XCom ``advice``); with no backlog left, none. A quota raise or a slower model
+changes the fan-out on the next run without editing the DAG.
 Solvers claim tasks as slots free up, with ``SKIP LOCKED``, so any number of them share the
 backlog, and each ends when the backlog is empty or its time budget is spent.
 
@@ -19,7 +25,7 @@ finds what is left. The solvers stay ``linger_s`` (default 300 s, or the environ
 ``LLM_ROUTER_DRAIN_LINGER_S``), waiting in the triggerer after the backlog empties, and take
 tasks that arrive meanwhile within milliseconds: the drain stays warm between bursts of
 work; 0 ends them at once. It can also be triggered by hand; ``{"fan_out": 8}`` forces the
-fan-out.
+fan-out (the lead and 7 more).
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ with DAG(
     tags=["llm-router"],
     params={
         "fan_out": Param(0, type="integer", minimum=0,
-                         description="mapped solvers; 0: as many as the router advises"),
+                         description="solvers, the lead included; 0: as many as the "
+                                     "router advises"),
         "max_solvers": Param(16, type="integer", minimum=1,
                              description="the most solvers the advice may ask for"),
         "claim_batch": Param(100, type="integer", minimum=1,
@@ -68,14 +75,41 @@ with DAG(
         "linger_s": Param(LINGER_S, type="number", minimum=0,
                           description="once the backlog is empty, solvers wait this long "
                                       "for new tasks before ending (0: end at once)"),
+        "lead_in_worker_s": Param(30, type="number", minimum=0,
+                                  description="the lead solver drains in its worker for up "
+                                              "to this long before deferring (a sooner "
+                                              "start; 0: defer at once)"),
+        "lead_in_flight": Param(0, type="integer", minimum=0,
+                                description="calls the lead keeps in flight in its worker; "
+                                            "0: as many as the router advises for the "
+                                            "backlog (the first burst, alone)"),
         "store_schema": Param(STORE_SCHEMA, type="string"),
     },
     doc_md=__doc__,
 ) as dag:
 
-    # The sensor returns one settings dict per solver (as many as the router advises, or
-    # the run's fan_out) and the solvers are mapped over that list: no planning task
-    # between them, so a drain started by an arrival reaches its first admission sooner.
+    settings = {  # DrainSettings fields
+        "claim_batch": "{{ params.claim_batch }}",
+        "max_in_flight": "{{ params.max_in_flight }}",
+        "time_budget_s": "{{ params.time_budget_s }}",
+        "linger_s": "{{ params.linger_s }}",
+    }
+
+    # The lead solver needs no advice: it starts with the run and admits its first calls
+    # from its worker, while the sensor works out how many more solvers the quotas take.
+    SolveTaskOperator(
+        task_id="lead",
+        router_conn_id=ROUTER_CONN_ID,
+        backend_conn_id=BACKEND_CONN_ID,
+        postgres_conn_id=POSTGRES_CONN_ID,
+        store_schema="{{ params.store_schema }}",
+        settings={**settings, "start_in_worker_s": "{{ params.lead_in_worker_s }}",
+                  "start_in_flight": "{{ params.lead_in_flight }}"},
+    )
+
+    # The sensor returns one settings dict per solver beyond the lead (as many as the router
+    # advises, or the run's fan_out, less one) and the solvers are mapped over that list:
+    # no planning task between them.
     advise = BackpressureSensor(
         task_id="advise",
         router_conn_id=ROUTER_CONN_ID,
@@ -84,18 +118,8 @@ with DAG(
         per_solver_in_flight="{{ params.max_in_flight }}",
         max_solvers="{{ params.max_solvers }}",
         fan_out="{{ params.fan_out }}",
-        solver_kwargs={
-            "settings": {  # DrainSettings fields
-                "claim_batch": "{{ params.claim_batch }}",
-                "max_in_flight": "{{ params.max_in_flight }}",
-                "time_budget_s": "{{ params.time_budget_s }}",
-                "linger_s": "{{ params.linger_s }}",
-            },
-            "store_schema": "{{ params.store_schema }}",
-        },
-        poke_interval=5,
-        timeout=3600,
-        soft_fail=True,  # a run started for work an earlier run already drained ends skipped
+        lead_solvers=1,
+        solver_kwargs={"settings": settings, "store_schema": "{{ params.store_schema }}"},
     )
 
     SolveTaskOperator.partial(

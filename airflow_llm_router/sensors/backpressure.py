@@ -47,6 +47,11 @@ class BackpressureSensor(BaseSensorOperator):
         is then the XCom ``advice``. Saves a planning task, so a drain starts sooner.
     :param fan_out: with ``solver_kwargs``, this many solvers whatever the advice (0: as
         many as advised).
+    :param lead_solvers: with ``solver_kwargs``, solvers the DAG starts beside this sensor
+        (not downstream of it), so a drain's first calls do not wait for the advice: the
+        list then holds the advised solvers beyond them (possibly none), the advice counts
+        the tasks they have claimed as backlog, and the sensor does not wait for a backlog
+        (those solvers take what arrives).
     """
 
     template_fields: Sequence[str] = ("store_schema", "store_table", "per_solver_in_flight",
@@ -65,9 +70,14 @@ class BackpressureSensor(BaseSensorOperator):
         deferrable: bool = True,
         solver_kwargs: dict[str, Any] | None = None,
         fan_out: int | str = 0,
+        lead_solvers: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if lead_solvers < 0 or (lead_solvers and solver_kwargs is None):
+            raise ValueError(f"lead_solvers: {lead_solvers} must be >= 0, and is only used "
+                             "with solver_kwargs (the list the solvers are mapped over)")
+        self.lead_solvers = lead_solvers
         self.deferrable = deferrable
         self.solver_kwargs = solver_kwargs
         self.fan_out = fan_out
@@ -80,6 +90,13 @@ class BackpressureSensor(BaseSensorOperator):
         self.input_tokens_per_call = input_tokens_per_call
 
     def execute(self, context: Any) -> Any:
+        if self.lead_solvers:  # one look: the solvers beside this sensor take what comes
+            first = self.poke(context)
+            if first.is_done:
+                return first.xcom_value
+            self.log.info("no solver to add to the %d started beside this sensor",
+                          self.lead_solvers)
+            return []
         if not self.deferrable:
             return super().execute(context)
         first = self.poke(context)
@@ -127,13 +144,15 @@ class BackpressureSensor(BaseSensorOperator):
         if fan_out < 0:
             raise ValueError(f"fan_out: {fan_out} must be >= 0 (0: as many as advised)")
         solvers = fan_out or max(1, int(advice["solvers"]))
-        return [dict(self.solver_kwargs) for _ in range(solvers)]
+        return [dict(self.solver_kwargs) for _ in range(max(0, solvers - self.lead_solvers))]
 
     def poke(self, context: Any) -> PokeReturnValue:
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
                                     table=self.store_table) as store:
             store.migrate()  # a first deployment may have no table yet
             backlog = store.backlog_size()
+            if self.lead_solvers:  # the lead may have claimed some, or all, already: they
+                backlog += store.claims_in_progress().count  # are the fan-out's work too
         if backlog == 0:
             self.log.info("no backlog in %s.%s yet", self.store_schema, self.store_table)
             return PokeReturnValue(is_done=False)

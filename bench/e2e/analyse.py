@@ -139,7 +139,7 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
     throughput = len(solved) / elapsed if elapsed > 0 else 0.0
     bound_throughput = raw["tasks"] / bound.makespan_s
     k = round(raw["window_s"] / float(timeline["bucket_s"]))
-    worker = "solve_batch" if raw["design"] == "as-is" else "solve"
+    worker = ("solve_batch",) if raw["design"] == "as-is" else ("lead", "solve")
     runs = bottlenecks.restarts(raw["airflow"], timeline, reset, worker)
     out: dict[str, Any] = {
         "workload": raw["workload"], "design": raw["design"], "tasks": raw["tasks"],

@@ -103,15 +103,17 @@ def fan_out(timeline: Mapping[str, Any], rates: Mapping[str, float], k: int,
 
 
 def restarts(airflow: Mapping[str, Any], timeline: Mapping[str, Any], reset_epoch: float,
-             worker_task: str) -> list[dict[str, Any]]:
+             worker_task: str | tuple[str, ...]) -> list[dict[str, Any]]:
     """Per DAG run (seconds on the timeline's clock): queued, first worker start, first call
     at the backend after it was queued, end; ``cold_start_s`` = first call - queued; worker
-    occupancy = the mapped workers' summed run time / (workers x the run's worker span)."""
+    occupancy = the workers' summed run time / (workers x the run's worker span). The
+    workers are the tasks ``worker_task`` names (one task id, or several)."""
+    tasks = (worker_task,) if isinstance(worker_task, str) else worker_task
     out = []
     for run in airflow["runs"]:
         tis = [t for t in airflow["task_instances"]
-               if t["run_id"] == run["run_id"] and t["task_id"] == worker_task
-               and t["map_index"] >= 0 and t["start"] is not None]
+               if t["run_id"] == run["run_id"] and t["task_id"] in tasks
+               and t["start"] is not None]
         queued = run["queued"] - reset_epoch if run["queued"] else None
         first_call = first_arrival_s(timeline, queued or 0.0)
         end = (run["end"] - reset_epoch) if run["end"] else None

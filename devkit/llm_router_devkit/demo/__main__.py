@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         "in the benchmark, where its workers run in parallel as in production: python -m "
         "bench.e2e --designs as-is router)")
     add("--fan-out", type=int, default=d.fan_out,
-        help="mapped solvers (drain DAG); 0: as many as the router advises")
+        help="solvers, the lead included (drain DAG); 0: as many as the router advises")
     add("--claim-batch", type=int, default=d.claim_batch,
         help="the most tasks one claim takes (drain DAG)")
     add("--max-in-flight", type=int, default=d.max_in_flight,

@@ -154,9 +154,11 @@ def _last_answer_epoch(dsn: str, schema: str) -> float | None:
 
 
 def _conf(opts: DemoOptions) -> dict[str, Any]:
+    # dag.test() runs each trigger in this process as soon as its task defers: there is no
+    # triggerer loop for the lead solver's start in the worker to skip
     return {"fan_out": opts.fan_out, "claim_batch": opts.claim_batch,
             "max_in_flight": opts.max_in_flight, "time_budget_s": opts.time_budget_s,
-            "store_schema": opts.schema, "linger_s": 0}
+            "store_schema": opts.schema, "linger_s": 0, "lead_in_worker_s": 0}
 
 
 def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
@@ -223,9 +225,10 @@ def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[
     probe_store = TaskStore(env["dsn"], schema=opts.schema)  # its own connection: own thread
     stack.callback(probe_store.close)
     probe_http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=5))
-    say(f"running DAG {opts.dag} with dag.test(): its first task asks the router for advice, "
-        "then the mapped solvers start and defer to the triggerer; the first calls go out "
-        "within a few seconds (progress every "
+    say(f"running DAG {opts.dag} with dag.test(): its lead solver and the router's advice "
+        "start together, the advised solvers after; each defers to its trigger, which "
+        "dag.test() runs in this process; the first calls go out within a few seconds "
+        "(progress every "
         f"{opts.progress_interval_s:g} s) ...")
     with ProgressPrinter(opts.prompts, counts=probe_store.counts,
                          router=lambda: _router_probe(env["router"]),

@@ -1,5 +1,9 @@
 """The example drain DAG sizes its fan-out from the router's advice: raising a quota
-between two runs changes how many solvers are mapped, with no edit to the DAG."""
+between two runs changes how many solvers are mapped, with no edit to the DAG.
+
+``dag.test()`` runs one task at a time, so the lead solver (started beside the sensor)
+would drain the whole backlog before the sensor looks; the runs here are of the advice and
+the mapped solvers alone, which the lead adds one solver to."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ def _run(schema: str) -> tuple[str, int]:
 
     dag = DagBag().get_dag("llm_router_drain")
     assert dag is not None
+    assert dag.get_task("advise").lead_solvers == 1
+    dag = dag.partial_subset(["advise", "solve"], include_upstream=False)
     run = dag.test(run_conf={"store_schema": schema, "max_in_flight": 1, "max_solvers": 16,
                               "linger_s": 0})
     solvers = [ti for ti in run.get_task_instances() if ti.task_id == "solve"]
@@ -52,5 +58,6 @@ def test_raising_a_quota_widens_the_fan_out(
         second = _run(pg_schema)
         assert store.counts()["solved"] == 40
     router.close()
-    assert first == ("success", 2)  # 2 calls in flight needed, 1 per solver
-    assert second == ("success", 5)
+    # 2 calls in flight needed, 1 per solver: the lead and 1 more; then the lead and 4
+    assert first == ("success", 1)
+    assert second == ("success", 4)

@@ -35,7 +35,12 @@ def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
     (watcher,) = asset.watchers
     assert type(watcher.trigger).__name__ == "BacklogArrivalTrigger"
     assert watcher.trigger.schema == dag.params["store_schema"] and dag.max_active_runs == 1
-    assert dag.get_task("advise").deferrable  # waits in the triggerer
+    # the lead solver starts with the run, in its worker, beside the sensor
+    lead = dag.get_task("lead")
+    assert isinstance(lead, SolveTaskOperator) and not lead.upstream_task_ids
+    assert lead.deferrable and lead.settings["start_in_worker_s"] == "{{ params.lead_in_worker_s }}"
+    assert dag.params["lead_in_worker_s"] == 30
+    assert dag.get_task("advise").lead_solvers == 1  # the mapped solvers are the others
     assert {"fan_out", "claim_batch", "max_in_flight", "time_budget_s"} <= set(dag.params)
     assert dag.params["fan_out"] == 0  # 0: as many solvers as the router advises
     assert dag.params["linger_s"] == 300  # warm between bursts of work by default
@@ -59,13 +64,14 @@ def test_drain_sensor_gives_one_settings_dict_per_solver(bag) -> None:
     assert set(sensor.solver_kwargs["settings"]) <= set(DrainSettings.model_fields)
     rendered = {"settings": {"claim_batch": 50, "max_in_flight": 20}, "store_schema": "s"}
     sensor.solver_kwargs = rendered
-    sensor.fan_out = 3
+    sensor.fan_out = 3  # in all: the lead and 2 mapped
     kwargs = sensor._result({"solvers": 7}, {})
-    assert kwargs == [rendered] * 3
+    assert kwargs == [rendered] * 2
     solver = SolveTaskOperator(task_id="solve", **kwargs[0])
     assert solver.parsed_settings() == DrainSettings(claim_batch=50, max_in_flight=20)
     sensor.fan_out = 0  # as advised
-    assert len(sensor._result({"solvers": 7}, {})) == 7
+    assert len(sensor._result({"solvers": 7}, {})) == 6
+    assert sensor._result({"solvers": 1}, {}) == []  # the lead alone
     sensor.fan_out = "many"
     with pytest.raises(ValueError, match="fan_out"):
         sensor._result({"solvers": 7}, {})

@@ -59,3 +59,30 @@ def test_returns_the_advice_when_backlog_exists(sensor: BackpressureSensor, stor
     result = sensor.poke({})
     assert result.is_done and result.xcom_value["backlog"] == 6
     assert result.xcom_value["solvers"] == 2
+
+
+def test_with_lead_solvers_it_looks_once_and_lists_the_solvers_beyond_them(
+    sensor: BackpressureSensor, store: TaskStore, router: RouterClient
+) -> None:
+    """Beside a lead solver the sensor does not wait (the lead takes what arrives): on an
+    empty backlog it adds no solver, and with a backlog it lists the advised ones less the
+    lead."""
+    router.set_quota("b", {"rpm": 120, "tpm": 10**6, "max_concurrency": 5,
+                           "expected_latency_s": 3.0})
+    sensor.solver_kwargs = {"store_schema": "s"}
+    sensor.lead_solvers = 1
+    assert sensor.execute({}) == []  # no deferral: nothing to wait for
+    store.enqueue([f"prompt {i}" for i in range(100)])
+    # 5 calls in flight, 4 per solver: 2 solvers, the lead and one more
+    assert sensor.execute({}) == [{"store_schema": "s"}]
+    # the lead claimed them all before the sensor looked: still the fan-out's work, still
+    # 2 solvers (an empty backlog alone would add none)
+    store.claim(100, worker_id="lead", claim_ttl_s=60)
+    assert sensor.execute({}) == [{"store_schema": "s"}]
+
+
+@pytest.mark.parametrize("kwargs", [{"lead_solvers": -1, "solver_kwargs": {}},
+                                    {"lead_solvers": 1}])
+def test_lead_solvers_need_solver_kwargs_and_a_count(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="lead_solvers"):
+        BackpressureSensor(task_id="advice", **kwargs)  # type: ignore[arg-type]
