@@ -21,6 +21,7 @@ Each trial waits for the previous run to end and the system to be idle again.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -53,6 +54,12 @@ DAG_ID = "llm_router_drain"
 #: which here points at a database of this run's own.
 STORE_SCHEMA = "llm_router"
 STEPS = ("asset event", "run queued", "sensor started", "solver started", "first admission")
+#: The arrival watcher folds enqueues within this long of its last event into one more event
+#: at the end of it (``BacklogArrivalTrigger.min_interval_s``): a trial waits it out, or it
+#: would time the fold, not the cold path.
+FOLD_S = 10.0
+#: Solver tasks: the lead (started with the run) and the mapped ones.
+SOLVERS = ("lead", "solve")
 
 
 def _profile() -> SimulatorProfile:
@@ -129,17 +136,23 @@ def _task_starts(stack: AirflowStack, run_id: str) -> dict[str, float]:
     return out
 
 
-def _asset_event(stack: AirflowStack, after: float) -> float | None:
+def _asset_event(stack: AirflowStack, after: float, latest: bool = False) -> float | None:
+    """The first asset event from ``after`` on (or the latest of all)."""
     doc = stack.api("GET", "/assets/events",
                     params={"limit": 100, "order_by": "-timestamp"}).json()
     stamps = [_epoch(e.get("timestamp")) for e in doc.get("asset_events", [])]
     later = [s for s in stamps if s is not None and s >= after - 1.0]
-    return min(later) if later else None
+    if not later:
+        return None
+    return max(later) if latest else min(later)
 
 
 def trial(stack: AirflowStack, store: TaskStore, router: RouterClient, n: int,
           timeout_s: float) -> dict[str, float]:
     """One enqueue on an idle system; seconds from the enqueue to each step."""
+    last_event = _asset_event(stack, 0.0, latest=True)
+    if last_event is not None:  # a clock interval, not an event: the watcher's fold
+        time.sleep(max(0.0, last_event + FOLD_S + 0.5 - time.time()))
     before_runs = {r["dag_run_id"] for r in _runs(stack)}
     enqueued, seconds = _first_admission(store, router, n, timeout_s)
     admitted_at = enqueued + seconds
@@ -156,7 +169,7 @@ def trial(stack: AirflowStack, store: TaskStore, router: RouterClient, n: int,
         "asset event": _asset_event(stack, enqueued),
         "run queued": _epoch(run.get("queued_at")),
         "sensor started": starts.get("advise"),
-        "solver started": starts.get("solve"),
+        "solver started": min((starts[t] for t in SOLVERS if t in starts), default=None),
         "first admission": admitted_at,
     }
     return {k: (v - enqueued if v is not None else float("nan")) for k, v in stamps.items()}
@@ -177,11 +190,15 @@ def report(args: argparse.Namespace, trials: list[dict[str, float]], warm: list[
         "  ended, and polls the router's admission counter every 20 ms.",
         f"- Machine: {os.cpu_count()} CPUs, shared with other work. Stack start-up"
         f" {setup['stack_up_s']:.0f} s, DAG parsed and the watcher listening after"
-        f" {setup['watching_s']:.0f} s more (once per deployment, not per arrival).",
+        f" {setup['watching_s']:.0f} s more, and the first run's first admission after"
+        f" {setup['first_run_s']:.2f} s (once per deployment, not per arrival: the API"
+        " server's first task-start call takes seconds; that run is not a trial).",
         "- Path: the enqueue's `pg_notify` wakes `BacklogArrivalTrigger` (an asset watcher in",
-        "  the triggerer), whose event queues a run of the asset-scheduled DAG; the sensor",
-        "  finds the backlog at its first check and hands each advised solver its settings,",
-        "  each solver defers to its `DrainTrigger`, which claims and admits.",
+        "  the triggerer), whose event queues a run of the asset-scheduled DAG; its `lead`",
+        "  solver and its `advise` sensor start together, and the lead claims and admits from",
+        "  its worker (`start_in_worker_s`) before it defers. Each trial starts at least"
+        f" {FOLD_S:g} s",
+        "  after the previous asset event (the watcher folds enqueues within that interval).",
         "",
         "Seconds from the enqueue to each step (median, min, max over the trials):",
         "",
@@ -193,24 +210,25 @@ def report(args: argparse.Namespace, trials: list[dict[str, float]], warm: list[
         if values:
             lines.append(f"| {step} | {statistics.median(values):.2f} | {min(values):.2f} |"
                          f" {max(values):.2f} |")
-    firsts = [t["first admission"] for t in trials]
-    verdict = "met" if statistics.median(firsts) < 5 else "missed"
-    under = sum(1 for f in firsts if f < 5)
-    lines += ["", f"Target enqueue-to-first-admission under 5 s, cold (no run active):"
-              f" **{verdict}** on the median ({statistics.median(firsts):.2f} s; {under} of"
-              f" {len(firsts)} trials under 5 s, worst {max(firsts):.2f} s)."]
+    firsts = sorted(t["first admission"] for t in trials)
+    p95 = firsts[max(0, math.ceil(0.95 * len(firsts)) - 1)]  # nearest rank
+    verdict = "met" if p95 < 3 else "missed"
+    under = sum(1 for f in firsts if f < 3)
+    lines += ["", f"Target enqueue-to-first-admission under 3 s at the 95th percentile, cold"
+              f" (no run active): **{verdict}** (95th percentile {p95:.2f} s by nearest rank,"
+              f" median {statistics.median(firsts):.2f} s; {under} of {len(firsts)} trials"
+              f" under 3 s, worst {firsts[-1]:.2f} s)."]
     if warm:
         lines += ["", f"Warm (a run triggered with `{{\"linger_s\": 600}}` whose solvers wait in"
                   " the triggerer after the backlog empties): enqueue to first admission median"
                   f" {statistics.median(warm) * 1000:.0f} ms (min {min(warm) * 1000:.0f},"
                   f" max {max(warm) * 1000:.0f} ms) over {len(warm)} arrivals: no Airflow"
                   " step in between, the solvers' LISTEN wakes them."]
-    lines += ["", "Where the cold path's time goes: Airflow's loops, not the router. The triggerer"
-              " hands a trigger's event on and picks up new triggers on a one-second loop (the"
-              " asset event, and again from the solver's deferral to its trigger running); the"
-              " scheduler queues the run and each task on its own loop; the sensor and the"
-              " solver each need a worker start. The router's part (the solver's trigger"
-              " claiming and admitting) takes milliseconds, which is what the warm path shows.",
+    lines += ["", "Where the cold path's time goes: Airflow's loops. The triggerer hands the"
+              " watcher's event on within its one-second loop; the scheduler queues the run and"
+              " its first tasks on its own loop; the lead needs a worker start. From the lead's"
+              " start to its first admission is the router's part (connections, a claim, an"
+              " admission), which is what the warm path shows.",
               ""]
     return "\n".join(lines)
 
@@ -274,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         setup["watching_s"] = time.monotonic() - mark
         print(f"stack up in {setup['stack_up_s']:.0f} s, watcher listening after "
               f"{setup['watching_s']:.0f} s more", flush=True)
+        # The API server answers its first task-start call seconds late (once per server
+        # start, measured at 4.3 s): that run is the deployment's, not an arrival's
+        first = trial(stack, store, router, args.prompts, args.timeout_s)
+        setup["first_run_s"] = first["first admission"]
+        print("first run after the stack started (not a trial): " + ", ".join(
+            f"{s} {v:.2f} s" for s, v in first.items()), flush=True)
         results = []
         for k in range(args.trials):
             result = trial(stack, store, router, args.prompts, args.timeout_s)
