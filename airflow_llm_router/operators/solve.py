@@ -101,8 +101,10 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
         return summary
 
     def _advised_in_flight(self, settings: DrainSettings) -> int:
-        """The calls in flight the router advises for the whole backlog (capped by it), or
-        ``max_in_flight`` if that is more."""
+        """The calls in flight the router advises for the whole backlog, or
+        ``max_in_flight`` if that is more; capped by the backlog and by what the advised
+        solvers would hold (at most its ``max_solvers``, 16, of ``max_in_flight`` each), so
+        a model with a huge quota does not open thousands of connections in one worker."""
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
                                     table=self.store_table) as store:
             backlog = store.backlog_size()
@@ -111,7 +113,9 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
             advice = client.advice(backlog, settings.max_in_flight)
         finally:
             client.close()
-        return max(settings.max_in_flight, min(backlog, math.ceil(advice.in_flight_needed)))
+        advised = min(backlog, math.ceil(advice.in_flight_needed),
+                      advice.solvers * settings.max_in_flight)
+        return max(settings.max_in_flight, advised)
 
     def _trigger(self, context: Context, settings: DrainSettings, deadline: float,
                  state: dict[str, Any], *, until_empty: bool = False) -> DrainTrigger:

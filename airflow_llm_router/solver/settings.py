@@ -80,8 +80,9 @@ class DrainSettings(SolveSettings):
         defers); it holds a worker slot meanwhile. 0: defer at once. Ignored elsewhere.
     :param start_in_flight: calls in flight during that start in the worker. None: as
         ``max_in_flight``; 0: as many as the router advises for the backlog (each model's
-        window quota at once, capped by the backlog), so a task started before the others
-        sends the whole first burst alone.
+        window quota at once, capped by the backlog and by what the advised solvers, at
+        most 16, would hold), so a task started before the others sends the whole first
+        burst alone.
     """
 
     claim_batch: int = Field(100, ge=1)

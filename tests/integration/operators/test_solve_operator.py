@@ -179,6 +179,25 @@ def test_a_start_in_the_worker_can_take_the_advised_calls_in_flight_alone(
         assert deferred.value.trigger.settings["max_in_flight"] == 20  # the trigger's own
 
 
+def test_the_advised_start_is_capped_by_what_the_advised_solvers_would_hold(
+    backend: Any, pg_dsn: str, pg_schema: str, redis_url: str, namespace: str
+) -> None:
+    """A model with a huge quota asks for thousands of calls in flight: the start in the
+    worker takes no more than the advice's solvers (at most 16) would hold, not one
+    connection per call the quota allows."""
+    router = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    router.set_quota("huge", {"rpm": 10**6, "tpm": 10**9, "max_concurrency": 10**5,
+                              "window_s": 1.0, "expected_latency_s": 1.0})
+    router.close()
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"prompt {i}" for i in range(3000)])
+        op = SolveTaskOperator(task_id="t", store_schema=pg_schema)
+        assert op._advised_in_flight(DrainSettings(max_in_flight=10)) == 16 * 10
+        # and never fewer than its own max_in_flight
+        assert op._advised_in_flight(DrainSettings(max_in_flight=5000)) == 5000
+
+
 def test_drain_cut_short_returns_its_claims(backend: Any, pg_dsn: str, pg_schema: str) -> None:
     """A drain cancelled mid-way (its triggerer stopped) hands its claims back at once."""
     with TaskStore(pg_dsn, schema=pg_schema) as store:
