@@ -135,10 +135,13 @@ def diagnose(pids: list[int], budget_s: float = DIAGNOSE_BUDGET_S) -> dict[int, 
     deadline = time.monotonic() + budget_s
     out: dict[int, Leftover] = {}
     for pid, line in zip(pids, describe(pids), strict=True):
+        # the kernel's view first: py-spy's ptrace attach wakes a sleeping process, which
+        # then shows as running (R) until the loaded machine schedules it back to sleep
+        head = f"== {line}\n   {proc_state(pid)} ppid {parent_of(pid)}"
         remaining = deadline - time.monotonic()
         stacks = (python_stacks(pid, min(PY_SPY_TIMEOUT_S, remaining)) if remaining > 1.0
                   else "(no Python stacks: the diagnosis's time budget is spent)")
-        out[pid] = Leftover(f"== {line}\n   {proc_state(pid)} ppid {parent_of(pid)}", stacks)
+        out[pid] = Leftover(head, stacks)
     return out
 
 

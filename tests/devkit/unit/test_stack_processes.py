@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -40,15 +42,26 @@ def _left(stacks: str) -> Leftover:
     return Leftover("== pid: airflow\n   state S", stacks)
 
 
+def _kernel_state(pid: int) -> str:
+    """The one-letter state in ``/proc/<pid>/stat`` (after the command name's parenthesis)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 @pytest.fixture
 def children() -> Iterator[list[int]]:
     """Two sleeping Python children of this process (the stand-ins for its workers), each
-    past its start-up (it said so) before the test looks at it."""
+    past its start-up (it said so) and asleep in the kernel's eyes before the test looks at
+    it: on a loaded machine a child that has said "ready" can wait seconds to be scheduled
+    into its sleep, and shows as running (R) meanwhile."""
     procs = [subprocess.Popen([sys.executable, "-c",
                                "import time; print('ready', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
     for p in procs:
         assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30
+        while _kernel_state(p.pid) != "S":
+            assert time.monotonic() < deadline, f"child {p.pid} never went to sleep"
+            time.sleep(0.01)  # polling the kernel's state: no event announces the sleep
     yield [p.pid for p in procs]
     for p in procs:
         p.kill()
