@@ -62,24 +62,29 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
 
     def execute(self, context: Context) -> Any:
         settings = self.parsed_settings()
-        self._migrate()
+        starts_here = self.deferrable and settings.start_in_worker_s > 0
+        backlog = self._migrate(count_backlog=starts_here and settings.start_in_flight == 0)
         deadline = self.deadline(settings)
         state: dict[str, Any] = {"started": time.time()}
-        if self.deferrable and settings.start_in_worker_s > 0:
-            state["in_worker"] = self._start_in_worker(context, settings, deadline, state)
+        if starts_here:
+            state["in_worker"] = self._start_in_worker(context, settings, deadline, state,
+                                                       backlog)
             if time.time() >= deadline:
                 return self.execute_complete(context, {"status": "done", "summary": {},
                                                        "state": state})
         trigger = self._trigger(context, settings, deadline, state)
         return self.execute_complete(context, self.run_trigger(trigger, settings))
 
-    def _migrate(self) -> None:
+    def _migrate(self, count_backlog: bool = False) -> int:
+        """Create or update the store's table; with ``count_backlog``, the backlog after it
+        (on the same connection), else 0."""
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
                                     table=self.store_table) as store:
             store.migrate()
+            return store.backlog_size() if count_backlog else 0
 
     def _start_in_worker(self, context: Context, settings: DrainSettings, deadline: float,
-                         state: dict[str, Any]) -> dict[str, Any]:
+                         state: dict[str, Any], backlog: int) -> dict[str, Any]:
         """Drain here, in the worker, until the backlog is empty or
         ``settings.start_in_worker_s`` is spent; the summary of what it did. The triggerer
         starts a deferred trigger on its next loop (1-2 s), so an arrival on an idle system
@@ -87,7 +92,7 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
         after. Claims not yet admitted when the time is spent go back to the backlog."""
         until = min(deadline, time.time() + settings.start_in_worker_s)
         if settings.start_in_flight is not None:
-            n = settings.start_in_flight or self._advised_in_flight(settings)
+            n = settings.start_in_flight or self._advised_in_flight(settings, backlog)
             settings = settings.model_copy(update={
                 "max_in_flight": n, "claim_batch": max(settings.claim_batch, n)})
         head = self._trigger(context, settings, until, state, until_empty=True)
@@ -100,14 +105,11 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
                       summary)
         return summary
 
-    def _advised_in_flight(self, settings: DrainSettings) -> int:
-        """The calls in flight the router advises for the whole backlog, or
+    def _advised_in_flight(self, settings: DrainSettings, backlog: int) -> int:
+        """The calls in flight the router advises for ``backlog`` tasks, or
         ``max_in_flight`` if that is more; capped by the backlog and by what the advised
         solvers would hold (at most its ``max_solvers``, 16, of ``max_in_flight`` each), so
         a model with a huge quota does not open thousands of connections in one worker."""
-        with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
-                                    table=self.store_table) as store:
-            backlog = store.backlog_size()
         client = RouterHook(self.router_conn_id).client
         try:
             advice = client.advice(backlog, settings.max_in_flight)

@@ -193,9 +193,11 @@ def test_the_advised_start_is_capped_by_what_the_advised_solvers_would_hold(
         store.migrate()
         store.enqueue([f"prompt {i}" for i in range(3000)])
         op = SolveTaskOperator(task_id="t", store_schema=pg_schema)
-        assert op._advised_in_flight(DrainSettings(max_in_flight=10)) == 16 * 10
+        backlog = op._migrate(count_backlog=True)
+        assert backlog == 3000
+        assert op._advised_in_flight(DrainSettings(max_in_flight=10), backlog) == 16 * 10
         # and never fewer than its own max_in_flight
-        assert op._advised_in_flight(DrainSettings(max_in_flight=5000)) == 5000
+        assert op._advised_in_flight(DrainSettings(max_in_flight=5000), backlog) == 5000
 
 
 def test_drain_cut_short_returns_its_claims(backend: Any, pg_dsn: str, pg_schema: str) -> None:
