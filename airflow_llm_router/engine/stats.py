@@ -92,6 +92,11 @@ class ModelStats:
     #: it free in the token window for requests whose output the engine estimates, so the
     #: one long answer among a full window's calls does not take it over the provider's limit
     excess_max_tokens: float = 0.0
+    #: the output tail: the length one answer in about 700 exceeds, from a lognormal fit of
+    #: the last 64 outputs (at least 3x the estimate before 64 were seen); admission keeps
+    #: what it writes past a request's reservation free in the token window, like
+    #: ``excess_max_tokens`` and with the larger of both
+    output_tail_tokens: float = 0.0
     #: a priced model's spend in its current budget period; None when it has no price
     spend: SpendStats | None = None
 
@@ -160,6 +165,7 @@ class RouterStats:
                 kinds=_kinds(m.get("kinds")),
                 excess_tokens=float(m.get("excess") or 0.0),
                 excess_max_tokens=float(m.get("excess_max") or 0.0),
+                output_tail_tokens=float(m.get("output_tail") or 0.0),
                 spend=SpendStats.from_reply(m.get("spend")),
             )
         return cls(now_ms=int(doc["now"]), waiting=int(doc["waiting"]), models=models,

@@ -38,7 +38,7 @@ for _, m in ipairs(names) do
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
               breaker = state, counters = counters, latency_ms = lat, share = st.share,
               guard_ms = st.guard, kinds = kinds_of(m), excess = st.xs,
-              excess_max = st.xm}
+              excess_max = st.xm, output_tail = st.ot}
     out[m].spend = budget_view(m, model_view(m).q)
     if st.share < 1 then
       local q = st.q

@@ -218,16 +218,18 @@ def test_engine_learns_output_tokens_per_model(router: RouterClient) -> None:
 
 
 def test_learned_output_counts_against_tpm(router: RouterClient) -> None:
-    router.set_quota("a", {"rpm": 100, "tpm": 1000, "max_concurrency": 100,
+    router.set_quota("a", {"rpm": 100, "tpm": 1600, "max_concurrency": 100,
                            "expected_output_tokens": 300})
     warm = router.admit(input_tokens=100)  # the first answer ends the cold start
     assert isinstance(warm, Admission)
     router.complete(warm.lease_id, 100, 300)
-    assert isinstance(router.admit(input_tokens=100), Admission)
-    wait = router.admit(input_tokens=100)  # 3 x (100 + 300) > 1000
+    # kept free besides: the output tail (3 x 300 before 64 answers) past the reservation
+    assert router.stats().models["a"].output_tail_tokens == 900
+    assert isinstance(router.admit(input_tokens=100), Admission)  # 2 x 400 + 600 <= 1600
+    wait = router.admit(input_tokens=100)  # 3 x (100 + 300) + 600 > 1600
     assert isinstance(wait, Wait) and wait.reason == "tpm"
     with pytest.raises(ImpossibleRequestError, match="split the prompt"):
-        router.admit(input_tokens=800)
+        router.admit(input_tokens=1400)
 
 
 def test_window_trims_entries_with_zero_tokens_of_a_kind(router: RouterClient) -> None:

@@ -4,6 +4,8 @@ number and forgotten after a day (lib/kinds.lua), against real Redis."""
 from __future__ import annotations
 
 import math
+import statistics
+from statistics import NormalDist
 
 import pytest
 import redis
@@ -186,3 +188,34 @@ def test_the_largest_overrun_lately_is_kept_free_in_the_token_window(
     held = router.admit(input_tokens=10, models=["a"])  # fits, but not with 500 kept free
     assert isinstance(held, Wait) and held.reason == "tpm", held
     assert isinstance(router.admit(need, models=["a"]), Admission)
+
+
+def test_the_output_tail_is_kept_free_in_the_token_window(router: RouterClient) -> None:
+    """The answers that take a full token window past the provider's limit are the rare long
+    ones, which a percentile of 64 does not see and the largest overrun lately may not have
+    met yet: the engine fits a lognormal to the last 64 outputs and keeps free what its tail
+    (one answer in about 700) writes past a request's reservation. Before 64 answers the
+    sample is the short ones that came back first: the tail is then at least 3x the
+    estimate."""
+    router.set_quota("a", {**BIG, "expected_output_tokens": 2000})
+    # longest first: no answer runs past its reservation, so the largest overrun keeps 0
+    outputs = sorted((round(400 * math.exp(0.6 * NormalDist().inv_cdf((k + 0.5) / 64)))
+                      for k in range(64)), reverse=True)
+    _calls(router, None, outputs[:32])
+    early = router.stats().models["a"]
+    assert early.output_tail_tokens >= 3 * early.output_estimate
+    _calls(router, None, outputs[32:])
+    m = router.stats().models["a"]
+    assert m.excess_max_tokens == 0 and m.excess_tokens == 0
+    logs = [math.log(x) for x in outputs]
+    assert m.output_tail_tokens == pytest.approx(
+        math.exp(statistics.fmean(logs) + 3.0 * statistics.stdev(logs)), abs=1)
+    head = math.ceil(m.output_tail_tokens) - m.output_estimate
+    assert head > 1000  # about 2,450 tokens of tail against an estimate of about 1,050
+    need = 10 + m.output_estimate
+    router.set_quota("a", {**BIG, "tpm": m.tokens + need + head - 1})
+    held = router.admit(input_tokens=10, models=["a"])
+    assert isinstance(held, Wait) and held.reason == "tpm", held
+    assert isinstance(router.admit(need, models=["a"]), Admission)  # the caller's own count
+    router.set_quota("a", {**BIG, "tpm": m.tokens + 2 * need + head})
+    assert isinstance(router.admit(input_tokens=10, models=["a"]), Admission)

@@ -95,12 +95,16 @@ local function blocked(st, need, hold)
   if itpm then itpm = math.max(itpm, need.i) end
   if otpm then otpm = math.max(otpm, need.o) end
   -- An output left to the engine may run past its reservation, and the provider counts
-  -- the real tokens from the send: the largest overrun of one of the model's calls lately
-  -- is kept free in the token window, so a window filled to its limit is not overrun by
-  -- the one long answer among its calls (the reservations' mean excess covers the rest).
-  -- An empty window takes the request all the same.
+  -- the real tokens from the send: what the model's long answers write past this
+  -- request's reservation (its output tail, lib/kinds.lua), or the largest overrun of one
+  -- of its calls lately if larger, is kept free in the token window, so a window filled
+  -- to its limit is not overrun by the one long answer among its calls, this one
+  -- included (the reservations' mean excess covers the rest). An empty window takes the
+  -- request all the same.
   local head = 0
-  if need.est and st.s + res.s > 0 then head = math.ceil(st.xm or 0) end
+  if need.est and st.s + res.s > 0 then
+    head = math.ceil(math.max(st.xm or 0, (st.ot or 0) - need.o))
+  end
   if st.s + need.s + res.s + head > tpm then
     return window_wait(st, 's', st.s + need.s + res.s + head - tpm), 'tpm'
   end

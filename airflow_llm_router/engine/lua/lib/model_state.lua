@@ -66,8 +66,9 @@ local function model_view(m)
   if not v then return false end
   if type(v) == 'string' then
     local q = cjson.decode(v)
-    v = {m = m, q = q, est = EST[m] or q.oprior or 256, xs = EST[m .. '|xs'] or 0,
-         xm = excess_top(EST[m .. '|xm'], EST[m .. '|xmt'])}
+    local est = EST[m] or q.oprior or 256
+    v = {m = m, q = q, est = est, xs = EST[m .. '|xs'] or 0,
+         xm = excess_top(EST[m .. '|xm'], EST[m .. '|xmt']), ot = EST[m .. '|ot'] or 3 * est}
     QUOTA[m] = v
   end
   return v
@@ -133,7 +134,7 @@ local function load_model(m)
     STATE[m] = false
     return false
   end
-  st = {m = m, q = view.q, est = view.est, xs = view.xs, xm = view.xm}
+  st = {m = m, q = view.q, est = view.est, xs = view.xs, xm = view.xm, ot = view.ot}
   local h = redis.call('HMGET', K_HEALTH, m .. '|cool', m .. '|open', m .. '|probe',
                        m .. '|eff', m .. '|eff_t', m .. '|eff_n', m .. '|ann', m .. '|ann_t',
                        m .. '|guard', m .. '|guard_t')
