@@ -62,6 +62,28 @@ def test_a_retry_takes_back_the_crashed_trys_claims_at_once(
             assert row is not None and row.status == "solved" and row.attempts == 1
 
 
+def test_a_retry_that_starts_in_the_worker_takes_back_the_crashed_trys_claims(
+    backend: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    """A worker killed during its start in the worker leaves its claims held (nothing
+    handed back). The retry's own start takes them back at once, before it defers, and
+    answers each once."""
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.migrate()
+        store.enqueue([f"prompt {i}" for i in range(30)])
+        dead = store.claim(12, worker_id="d.t.r.0.try1", claim_ttl_s=3600)
+        op = SolveTaskOperator(task_id="t", store_schema=pg_schema,
+                               settings={"linger_s": 0, "start_in_worker_s": 30})
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context(map_index=0, try_number=2))
+        in_worker = deferred.value.trigger.state["in_worker"]
+        assert in_worker["adopted"] == len(dead) == 12
+        assert in_worker["solved"] == 30 and store.counts()["solved"] == 30
+        for task in dead:
+            row = store.get(task.id)
+            assert row is not None and row.status == "solved" and row.attempts == 1
+
+
 def test_drain_defers_once_and_the_trigger_drains(
     backend: Any, pg_dsn: str, pg_schema: str
 ) -> None:
