@@ -120,9 +120,8 @@ local OUTPUT_TRUST = 16
 -- bench/token_tail.py, 4,000 drains): a 429 in 8.0 % of drains with only the largest
 -- overrun lately kept free, 1.6 % with the tail, for 5 % fewer calls. Until OBSERVED
 -- outputs were seen the sample is the short answers that came back first, so the tail is
--- at least TAIL_EARLY times the estimate.
+-- at least TAIL_EARLY (lib/prelude.lua) times the estimate.
 local TAIL_Z = 3.0
-local TAIL_EARLY = 3
 
 local function output_tail(seen, est)
   local n, sum, sq = #seen, 0, 0

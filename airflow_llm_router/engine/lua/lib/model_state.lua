@@ -68,7 +68,8 @@ local function model_view(m)
     local q = cjson.decode(v)
     local est = EST[m] or q.oprior or 256
     v = {m = m, q = q, est = est, xs = EST[m .. '|xs'] or 0,
-         xm = excess_top(EST[m .. '|xm'], EST[m .. '|xmt']), ot = EST[m .. '|ot'] or 3 * est}
+         xm = excess_top(EST[m .. '|xm'], EST[m .. '|xmt']),
+         ot = EST[m .. '|ot'] or TAIL_EARLY * est}
     QUOTA[m] = v
   end
   return v

@@ -49,6 +49,10 @@ local function excess_top(xm, at)
   return xm * 0.5 ^ (math.max(0, NOW - (at or NOW)) / XM_HALF)
 end
 
+-- A model's output tail (K_EST '<m>|ot', lib/kinds.lua) is at least TAIL_EARLY times its
+-- output estimate until 64 answers were seen, and that before its first is computed.
+local TAIL_EARLY = 3
+
 -- A lease's record in K_LEASES: "<admitted ms>:<probe 0/1>:<request id>", then "\31<kind>"
 -- when admitted with a task kind (a string, not JSON: encoding and decoding it is a pattern
 -- match, on the path of every admission; kinds are printable, request ids hold no \31),
