@@ -103,7 +103,7 @@ local function blocked(st, need, hold)
   -- request all the same.
   local head = 0
   if need.est and st.s + res.s > 0 then
-    head = math.ceil(math.max(st.xm or 0, (st.ot or 0) - need.o))
+    head = math.ceil(math.max(st.xm, st.ot - need.o))
   end
   if st.s + need.s + res.s + head > tpm then
     return window_wait(st, 's', st.s + need.s + res.s + head - tpm), 'tpm'

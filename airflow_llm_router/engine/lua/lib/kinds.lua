@@ -129,12 +129,12 @@ local function output_tail(seen, est)
     local x = math.log(math.max(1, seen[k]))
     sum, sq = sum + x, sq + x * x
   end
-  local tail = est * TAIL_EARLY
+  local tail = 0
   if n >= 2 then
     local mean = sum / n
-    local fit = math.exp(mean + TAIL_Z * math.sqrt(math.max(0, (sq - n * mean * mean) / (n - 1))))
-    if n >= OBSERVED then tail = fit else tail = math.max(tail, fit) end
+    tail = math.exp(mean + TAIL_Z * math.sqrt(math.max(0, (sq - n * mean * mean) / (n - 1))))
   end
+  if n < OBSERVED then tail = math.max(tail, est * TAIL_EARLY) end
   return math.ceil(math.max(tail, est))
 end
 
