@@ -15,6 +15,8 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 import aiohttp
+from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
+from yarl import URL
 
 from airflow_llm_router.backend.config import BackendConfig, BackendFields
 from airflow_llm_router.backend.signals import BackendSignals, read_signals
@@ -91,6 +93,13 @@ class BackendHttp:
     window's calls, and aiohttp's costs a quarter of httpx's (measured with
     ``bench/solver_cpu.py``; docs/benchmarks.md, "The solver's CPU per call"). Create it
     inside the event loop that uses it.
+
+    The environment's proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``) and a
+    ``.netrc`` entry for the backend's host are read once, here, as other HTTP clients
+    read them. Not per call: aiohttp's ``trust_env`` reads them for each request in the
+    loop's thread pool (two hops a call, each parsing ``.netrc``), and a burst of 450 calls
+    then left the process about 0.5 s after the solver made them (``bench.direct``, one
+    drain of 1,400 in flight; docs/benchmarks.md, "A burst's calls sent at once").
     """
 
     def __init__(self, config: BackendConfig, max_connections: int) -> None:
@@ -98,14 +107,15 @@ class BackendHttp:
         trace.on_request_chunk_sent.append(_chunk_sent)
         self._base = config.base_url.rstrip("/") + "/"
         self.max_connections = max(1, max_connections)
+        self._proxy, self._proxy_auth = _env_proxy(URL(self._base))
         self._session = aiohttp.ClientSession(
             headers=config.headers,
+            auth=_netrc_auth(URL(self._base), config.headers),
             connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
                                            keepalive_timeout=KEEPALIVE_S),
             # a call taking longer than timeout_s is abandoned; 10 s at most to connect
             timeout=aiohttp.ClientTimeout(total=config.timeout_s, sock_connect=10.0),
             trace_configs=[trace],
-            trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as other HTTP clients read them
         )
 
     async def post(self, path: str, payload: Any,
@@ -117,6 +127,7 @@ class BackendHttp:
         """
         sent = _SentAt(on_sent)
         async with self._session.post(self._base + path.lstrip("/"), json=payload,
+                                      proxy=self._proxy, proxy_auth=self._proxy_auth,
                                       trace_request_ctx=sent) as response:
             body = await response.read()
             return Reply(response.status, response.headers, body), sent.at
@@ -129,6 +140,27 @@ class BackendHttp:
 
     async def aclose(self) -> None:
         await self._session.close()
+
+
+def _env_proxy(url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy the environment sets for ``url`` (None: none, or ``NO_PROXY`` names its
+    host) and its credentials, as aiohttp's ``trust_env`` finds them."""
+    try:
+        return get_env_proxy_for_url(url)
+    except LookupError:
+        return None, None
+
+
+def _netrc_auth(url: URL, headers: Mapping[str, str]) -> aiohttp.BasicAuth | None:
+    """Basic auth for ``url``'s host from ``.netrc`` (``NETRC``, else the home directory's),
+    as aiohttp's ``trust_env`` finds it; None if there is none, or if the connection sets
+    its own ``Authorization`` header (which then stands)."""
+    if url.host is None or any(k.lower() == "authorization" for k in headers):
+        return None
+    try:
+        return basicauth_from_netrc(netrc_from_env(), url.host)
+    except LookupError:
+        return None
 
 
 @dataclass(frozen=True)
