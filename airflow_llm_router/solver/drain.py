@@ -257,7 +257,39 @@ class _Draining:
                             claim_ttl_s=self.settings.claim_ttl_s)
 
 
-def _collect(done: set[asyncio.Task[SolveResult]],
+class _Ended:
+    """The drain's prompts that ended since the drain last looked, as they end.
+
+    ``asyncio.wait(active, return_when=FIRST_COMPLETED)`` adds a callback to every task in
+    flight and takes it off again each time it returns, so a drain with n prompts in flight
+    paid O(n) for each answer: with 1,400 in flight (a lead solver sending a whole first
+    burst alone), most of the process's CPU went there, and the burst's calls went out a
+    second late. Here each task reports itself once, when it ends."""
+
+    def __init__(self) -> None:
+        self._ended: list[asyncio.Task[SolveResult]] = []
+        self._any = asyncio.Event()
+
+    def watch(self, tasks: Sequence[asyncio.Task[SolveResult]]) -> None:
+        for task in tasks:
+            task.add_done_callback(self._add)
+
+    def _add(self, task: asyncio.Task[SolveResult]) -> None:
+        self._ended.append(task)
+        self._any.set()
+
+    async def wait(self, timeout_s: float) -> list[asyncio.Task[SolveResult]]:
+        """The tasks that ended since the last call, waiting up to ``timeout_s`` for one
+        (none if none did)."""
+        if not self._ended:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._any.wait(), timeout_s)
+        ended, self._ended = self._ended, []
+        self._any.clear()
+        return ended
+
+
+def _collect(done: Sequence[asyncio.Task[SolveResult]],
              results: list[SolveResult]) -> BaseException | None:
     """Add the results of finished prompts; the first error of a prompt that failed (one
     that raised, not one that ended ``failed``) is returned, after the others' results."""
@@ -287,6 +319,7 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     d = _Draining(store, settings, worker_id, solver.deadline, state, tuple(earlier_workers),
                   until_empty=until_empty)
     active: set[asyncio.Task[SolveResult]] = set()
+    ended = _Ended()
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
@@ -297,7 +330,9 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
         name="llm-router-backlog")
     solver.watch_helper(reporter)
     try:
-        active.update(await d.adopt(solver))
+        adopted = await d.adopt(solver)
+        ended.watch(adopted)
+        active.update(adopted)
         while True:
             open_slots = settings.max_in_flight - len(active)
             may_claim = time.time() < d.deadline and time.monotonic() >= quiet_until
@@ -308,6 +343,7 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                     claimed.set()  # the report the engine holds counts these twice
                 if len(started) < want:
                     quiet_until = time.monotonic() + 1.0
+                ended.watch(started)
                 active.update(started)
             solver.check()
             if not active:
@@ -315,8 +351,8 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                     break
                 quiet_until = 0.0  # claim again at once
                 continue
-            done, active = await asyncio.wait(active, timeout=settings.flush_every_s,
-                                              return_when=asyncio.FIRST_COMPLETED)
+            done = await ended.wait(settings.flush_every_s)
+            active.difference_update(done)
             failure = _collect(done, d.results)
             if failure is not None:  # write what was answered, then end loudly
                 await d.flush()

@@ -1,0 +1,44 @@
+"""The drain's record of its prompts that ended: each reported once, as it ends, however
+many are in flight (the drain no longer waits on the whole set for each answer)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from airflow_llm_router.solver.drain import _Ended
+
+
+async def test_each_task_is_reported_once_when_it_ends() -> None:
+    gates = [asyncio.Event() for _ in range(5)]
+
+    async def prompt(k: int) -> int:
+        await gates[k].wait()
+        return k
+
+    tasks = [asyncio.create_task(prompt(k)) for k in range(5)]
+    ended = _Ended()
+    ended.watch(tasks)
+    assert await ended.wait(0.05) == []  # none ended: the wait times out empty
+    gates[3].set()
+    gates[1].set()
+    got = await ended.wait(5.0)
+    got += await ended.wait(0.05) if len(got) < 2 else []
+    assert sorted(t.result() for t in got) == [1, 3]
+    for gate in gates:
+        gate.set()
+    seen: list[asyncio.Task[int]] = []
+    while len(seen) < 3:
+        seen += await ended.wait(5.0)
+    assert sorted(t.result() for t in seen) == [0, 2, 4]
+    assert await ended.wait(0.05) == []
+
+
+async def test_a_task_that_ended_before_it_was_watched_is_reported() -> None:
+    async def quick() -> str:
+        return "done"
+
+    task = asyncio.create_task(quick())
+    await task
+    ended = _Ended()
+    ended.watch([task])
+    assert await ended.wait(5.0) == [task]
