@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=1, help="runs, one after another")
     p.add_argument("--drains", type=int, default=2, help="DrainTriggers in the process")
     p.add_argument("--in-flight", type=int, default=400, help="each drain's max_in_flight")
+    p.add_argument("--claim-batch", type=int, default=100,
+                   help="each drain's claim_batch (the lead solver's start in its worker "
+                        "claims as many as it keeps in flight)")
     p.add_argument("--no-hedge", action="store_true", help="hedge_late_calls off")
     p.add_argument("--warm", action="store_true",
                    help="one call per model through the router first, then a window's wait: "
@@ -154,6 +157,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                 return await asyncio.gather(*[
                     drain_once(schema, f"direct-{k}", timeout_s=args.timeout_s,
                                max_in_flight=args.in_flight,
+                               claim_batch=args.claim_batch,
                                hedge_late_calls=not args.no_hedge)
                     for k in range(args.drains)])
 
@@ -260,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     child = "--child" in argv
     args = _parser().parse_args([a for a in argv if a != "--child"])
-    if args.runs < 1 or args.drains < 1 or args.in_flight < 1:
-        print("error: --runs, --drains and --in-flight must be at least 1", file=sys.stderr)
+    if args.runs < 1 or args.drains < 1 or args.in_flight < 1 or args.claim_batch < 1:
+        print("error: --runs, --drains, --in-flight and --claim-batch must be at least 1",
+              file=sys.stderr)
         return 2
     if args.root and not (args.root / "airflow_llm_router" / "__init__.py").is_file():
         print(f"error: --root {args.root}: not a checkout of this project (no "
