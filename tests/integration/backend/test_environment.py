@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,45 +15,7 @@ import pytest
 
 from airflow_llm_router.backend.calls import BackendHttp
 from airflow_llm_router.backend.config import BackendConfig
-
-
-class _Recorder:
-    """A minimal HTTP/1.1 server (keep-alive) that answers every request at once and keeps
-    each one's request line and headers (lower-cased names)."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self.server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while True:
-                head = (await reader.readuntil(b"\r\n\r\n")).decode()
-                first, *rest = head.strip().split("\r\n")
-                headers = {k.strip().lower(): v.strip()
-                           for k, v in (line.split(":", 1) for line in rest)}
-                await reader.readexactly(int(headers.get("content-length", 0)))
-                self.requests.append((first, headers))
-                body = b'{"answer": "ok"}'
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b"content-length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
-        writer.close()
-
-
-@contextlib.asynccontextmanager
-async def _recorder() -> AsyncIterator[_Recorder]:
-    rec = _Recorder()
-    rec.server = await asyncio.start_server(rec.handle, "127.0.0.1", 0)
-    try:
-        yield rec
-    finally:
-        rec.server.close()
+from tests.integration.backend.http_server import holding_server
 
 
 @pytest.fixture
@@ -84,7 +45,7 @@ async def test_a_burst_of_calls_takes_no_thread_hop(clean_env: pytest.MonkeyPatc
     # two hops a call, which held a burst of hundreds back by half a second
     pool = _CountingPool(max_workers=2)
     asyncio.get_running_loop().set_default_executor(pool)
-    async with (_recorder() as srv,
+    async with (holding_server() as srv,
                 BackendHttp(BackendConfig(base_url=srv.url, timeout_s=30), 50) as http):
         replies = await asyncio.gather(*(http.post("/single", {"i": i}) for i in range(50)))
     assert [r[0].status_code for r in replies] == [200] * 50
@@ -93,7 +54,7 @@ async def test_a_burst_of_calls_takes_no_thread_hop(clean_env: pytest.MonkeyPatc
 
 
 async def test_the_environments_proxy_carries_the_calls(clean_env: pytest.MonkeyPatch) -> None:
-    async with _recorder() as proxy:
+    async with holding_server() as proxy:
         clean_env.setenv("HTTP_PROXY", proxy.url)
         config = BackendConfig(base_url="http://backend.invalid:8080/v1", timeout_s=30)
         async with BackendHttp(config, 4) as http:
@@ -105,7 +66,7 @@ async def test_the_environments_proxy_carries_the_calls(clean_env: pytest.Monkey
 
 
 async def test_no_proxy_sends_the_calls_direct(clean_env: pytest.MonkeyPatch) -> None:
-    async with _recorder() as proxy, _recorder() as backend:
+    async with holding_server() as proxy, holding_server() as backend:
         clean_env.setenv("HTTP_PROXY", proxy.url)
         clean_env.setenv("NO_PROXY", "127.0.0.1")
         async with BackendHttp(BackendConfig(base_url=backend.url, timeout_s=30), 4) as http:
@@ -121,7 +82,7 @@ async def test_a_netrc_entry_authenticates_unless_the_connection_does(
     netrc.write_text("machine 127.0.0.1 login ann password s3cret\n")
     netrc.chmod(0o600)
     clean_env.setenv("NETRC", str(netrc))
-    async with _recorder() as backend:
+    async with holding_server() as backend:
         async with BackendHttp(BackendConfig(base_url=backend.url, timeout_s=30), 4) as http:
             await http.post("/single", {"prompt": "p"})
         own = BackendConfig(base_url=backend.url, timeout_s=30,

@@ -4,71 +4,15 @@ at once, none queues while a connection is free, and the next waits for one to f
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 from airflow_llm_router.backend.calls import BackendHttp
 from airflow_llm_router.backend.config import BackendConfig
-
-
-class _HoldingServer:
-    """A minimal HTTP/1.1 server (keep-alive): ``POST /hold`` answers when ``release`` is
-    set, ``POST /quick`` at once; ``held`` counts the held calls that reached it."""
-
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self.held = 0
-        self.connections = 0
-        self.changed = asyncio.Condition()
-        self.server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode().split("\r\n")
-                length = next((int(line.split(":", 1)[1]) for line in lines
-                               if line.lower().startswith("content-length:")), 0)
-                await reader.readexactly(length)
-                if lines[0].split()[1] == "/hold":
-                    async with self.changed:
-                        self.held += 1
-                        self.changed.notify_all()
-                    await self.release.wait()
-                body = b'{"answer": "ok"}'
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b"content-length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
-        writer.close()
-
-    async def wait_held(self, n: int, timeout_s: float) -> int:
-        async with self.changed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait_for(lambda: self.held >= n),
-                                       timeout_s)
-            return self.held
-
-
-@contextlib.asynccontextmanager
-async def _holding_server() -> AsyncIterator[_HoldingServer]:
-    srv = _HoldingServer()
-    srv.server = await asyncio.start_server(srv.handle, "127.0.0.1", 0)
-    try:
-        yield srv
-    finally:
-        srv.release.set()
-        srv.server.close()
+from tests.integration.backend.http_server import holding_server
 
 
 async def test_every_connection_is_used_before_a_call_waits() -> None:
     n = 12
-    async with _holding_server() as srv:
+    async with holding_server() as srv:
         config = BackendConfig(base_url=srv.url, timeout_s=30)
         async with BackendHttp(config, n) as http:
             # held and quick calls mixed: the quick ones free their connections again
