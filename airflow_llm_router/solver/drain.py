@@ -269,7 +269,7 @@ class _Ended:
 
     def __init__(self) -> None:
         self._ended: list[asyncio.Task[SolveResult]] = []
-        self._any = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
 
     def watch(self, tasks: Sequence[asyncio.Task[SolveResult]]) -> None:
         for task in tasks:
@@ -277,16 +277,27 @@ class _Ended:
 
     def _add(self, task: asyncio.Task[SolveResult]) -> None:
         self._ended.append(task)
-        self._any.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def wait(self, timeout_s: float) -> list[asyncio.Task[SolveResult]]:
         """The tasks that ended since the last call, waiting up to ``timeout_s`` for one
-        (none if none did)."""
+        (none if none did). A bare future and a timer, not ``asyncio.wait_for``: before
+        Python 3.12 that can swallow the drain's cancellation when the wait ends at the
+        same moment (seen: a SIGTERM mid-drain that never stopped the drain)."""
         if not self._ended:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._any.wait(), timeout_s)
+            loop = asyncio.get_running_loop()
+            self._waiter = loop.create_future()
+            timer = loop.call_later(timeout_s, self._wake)
+            try:
+                await self._waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
         ended, self._ended = self._ended, []
-        self._any.clear()
         return ended
 
 
