@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow_llm_router.engine.types import as_on_budget, as_priority
 from airflow_llm_router.names import DEFAULT_KIND
+from airflow_llm_router.solver.inflight import InFlight
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.solver.settings import DrainSettings
@@ -257,50 +258,6 @@ class _Draining:
                             claim_ttl_s=self.settings.claim_ttl_s)
 
 
-class _Ended:
-    """The drain's prompts that ended since the drain last looked, as they end.
-
-    ``asyncio.wait(active, return_when=FIRST_COMPLETED)`` adds a callback to every task in
-    flight and takes it off again each time it returns, so a drain with n prompts in flight
-    paid O(n) for each answer: with 1,400 in flight (a lead solver sending a whole first
-    burst alone), about 2 s of the 14.5 s of CPU the drain took on W1 (bench.direct,
-    docs/benchmarks.md, "A burst's calls sent at once"). Here each task reports itself
-    once, when it ends."""
-
-    def __init__(self) -> None:
-        self._ended: list[asyncio.Task[SolveResult]] = []
-        self._waiter: asyncio.Future[None] | None = None
-
-    def watch(self, tasks: Sequence[asyncio.Task[SolveResult]]) -> None:
-        for task in tasks:
-            task.add_done_callback(self._add)
-
-    def _add(self, task: asyncio.Task[SolveResult]) -> None:
-        self._ended.append(task)
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def wait(self, timeout_s: float) -> list[asyncio.Task[SolveResult]]:
-        """The tasks that ended since the last call, waiting up to ``timeout_s`` for one
-        (none if none did). A bare future and a timer, not ``asyncio.wait_for``: before
-        Python 3.12 that can swallow the drain's cancellation when the wait ends at the
-        same moment (seen: a SIGTERM mid-drain that never stopped the drain)."""
-        if not self._ended:
-            loop = asyncio.get_running_loop()
-            self._waiter = loop.create_future()
-            timer = loop.call_later(timeout_s, self._wake)
-            try:
-                await self._waiter
-            finally:
-                timer.cancel()
-                self._waiter = None
-        ended, self._ended = self._ended, []
-        return ended
-
-
 def _collect(done: Sequence[asyncio.Task[SolveResult]],
              results: list[SolveResult]) -> BaseException | None:
     """Add the results of finished prompts; the first error of a prompt that failed (one
@@ -330,8 +287,7 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
         waiting for others' claims or lingering (a drain that hands over to another)."""
     d = _Draining(store, settings, worker_id, solver.deadline, state, tuple(earlier_workers),
                   until_empty=until_empty)
-    active: set[asyncio.Task[SolveResult]] = set()
-    ended = _Ended()
+    active: InFlight[SolveResult] = InFlight()
     quiet_until = 0.0  # after a claim came back short, don't ask again for a second
     last_flush = last_extend = time.monotonic()
     refill = max(1, min(10, settings.max_in_flight // 10, settings.claim_batch))
@@ -342,9 +298,7 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
         name="llm-router-backlog")
     solver.watch_helper(reporter)
     try:
-        adopted = await d.adopt(solver)
-        ended.watch(adopted)
-        active.update(adopted)
+        active.add(await d.adopt(solver))
         while True:
             open_slots = settings.max_in_flight - len(active)
             may_claim = time.time() < d.deadline and time.monotonic() >= quiet_until
@@ -355,16 +309,14 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                     claimed.set()  # the report the engine holds counts these twice
                 if len(started) < want:
                     quiet_until = time.monotonic() + 1.0
-                ended.watch(started)
-                active.update(started)
+                active.add(started)
             solver.check()
             if not active:
                 if not await d.idle():
                     break
                 quiet_until = 0.0  # claim again at once
                 continue
-            done = await ended.wait(settings.flush_every_s)
-            active.difference_update(done)
+            done = await active.wait(settings.flush_every_s)
             failure = _collect(done, d.results)
             if failure is not None:  # write what was answered, then end loudly
                 await d.flush()

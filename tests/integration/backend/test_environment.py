@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from airflow_llm_router.backend.calls import BackendHttp
 from airflow_llm_router.backend.config import BackendConfig
+from airflow_llm_router.backend.session import BackendHttp
 from tests.integration.backend.http_server import holding_server
 
 

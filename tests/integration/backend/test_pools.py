@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from airflow_llm_router.backend.calls import BackendHttp
 from airflow_llm_router.backend.config import BackendConfig
+from airflow_llm_router.backend.session import BackendHttp
 from tests.integration.backend.http_server import holding_server
 
 

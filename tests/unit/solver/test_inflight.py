@@ -1,11 +1,12 @@
-"""The drain's record of its prompts that ended: each reported once, as it ends, however
-many are in flight (the drain no longer waits on the whole set for each answer)."""
+"""The drain's prompts in flight: each that ends is reported once, as it ends, and leaves
+the set, however many are in flight (the drain no longer waits on the whole set for each
+answer)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from airflow_llm_router.solver.drain import _Ended
+from airflow_llm_router.solver.inflight import InFlight
 
 
 async def test_each_task_is_reported_once_when_it_ends() -> None:
@@ -16,8 +17,8 @@ async def test_each_task_is_reported_once_when_it_ends() -> None:
         return k
 
     tasks = [asyncio.create_task(prompt(k)) for k in range(5)]
-    ended = _Ended()
-    ended.watch(tasks)
+    ended: InFlight[int] = InFlight()
+    ended.add(tasks)
     assert await ended.wait(0.05) == []  # none ended: the wait times out empty
     gates[3].set()
     gates[1].set()
@@ -39,6 +40,6 @@ async def test_a_task_that_ended_before_it_was_watched_is_reported() -> None:
 
     task = asyncio.create_task(quick())
     await task
-    ended = _Ended()
-    ended.watch([task])
+    ended: InFlight[str] = InFlight()
+    ended.add([task])
     assert await ended.wait(5.0) == [task]
