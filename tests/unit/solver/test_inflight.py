@@ -43,3 +43,32 @@ async def test_a_task_that_ended_before_it_was_watched_is_reported() -> None:
     ended: InFlight[str] = InFlight()
     ended.add([task])
     assert await ended.wait(5.0) == [task]
+
+
+async def test_a_wait_cancelled_as_a_task_ends_is_cancelled() -> None:
+    # the drain's cancellation (a SIGTERM, the trigger's end) must not be lost when it comes
+    # as the wait ends: asyncio.wait_for loses it before Python 3.12 (the drain then ran on)
+    lost = []
+    for steps in range(8):  # cancel at each point of the end's path through the loop
+        gate = asyncio.Event()
+
+        async def prompt(gate: asyncio.Event = gate) -> None:
+            await gate.wait()
+
+        task = asyncio.create_task(prompt())
+        flight: InFlight[None] = InFlight()
+        flight.add([task])
+        waiting = asyncio.create_task(flight.wait(10.0))
+        await asyncio.sleep(0)
+        gate.set()
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if waiting.done():  # the wait ended before the cancellation: nothing to lose
+            continue
+        waiting.cancel()
+        try:
+            await waiting
+            lost.append(steps)
+        except asyncio.CancelledError:
+            pass
+    assert lost == []
