@@ -4,6 +4,7 @@ process, embedded Redis and PostgreSQL), not in-process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,20 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+@contextlib.contextmanager
+def _sigint_as_in_a_terminal() -> Iterator[None]:
+    """Within the block, a child started gets SIGINT's default, as a terminal's foreground
+    job does, whatever the test runner inherited: a runner started in the background by a
+    shell without job control ignores SIGINT, its children inherit that across exec, and the
+    demo then never saw the Ctrl-C (it drained on to the end: seen in a CI run started so).
+    A signal handled here is reset to its default in a child's exec."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize(("signum", "code_after", "last_line"), [
     # Ctrl-C signals the terminal's foreground group: the demo and everything it started
     pytest.param(signal.SIGINT, 130, "interrupted; services stopped", id="ctrl-c"),
@@ -41,7 +57,7 @@ def listening(port: int) -> bool:
 def test_ctrl_c_or_sigterm_mid_drain_stops_every_service(
         tmp_path: Path, signum: signal.Signals, code_after: int, last_line: str) -> None:
     out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+    with open(out_path, "wb") as out, open(err_path, "wb") as err, _sigint_as_in_a_terminal():
         # Its own session, as a terminal's foreground job (killpg below for Ctrl-C).
         demo = subprocess.Popen(
             [sys.executable, "-m", "llm_router_devkit.demo", "--prompts", "5000",
