@@ -2,7 +2,7 @@
 
 Everything about a call is classified here into the outcome the engine needs: ok, rate
 limited (with Retry-After), retryable error, or final error. The HTTP session the calls go
-through is :mod:`airflow_llm_router.backend.session` (re-exported here).
+through is :mod:`airflow_llm_router.backend.session`.
 """
 
 from __future__ import annotations
@@ -16,19 +16,11 @@ from typing import Any, Literal
 import aiohttp
 
 from airflow_llm_router.backend.config import BackendConfig, BackendFields
-from airflow_llm_router.backend.session import BackendHttp, Reply, http_client
+from airflow_llm_router.backend.session import BackendHttp, Reply
 from airflow_llm_router.backend.signals import BackendSignals, read_signals
 from airflow_llm_router.tokens import whole_number
 
-__all__ = [
-    "BackendHttp",
-    "CallResult",
-    "CallStatus",
-    "Reply",
-    "call_batch",
-    "call_single",
-    "http_client",
-]
+__all__ = ["CallResult", "CallStatus", "call_batch", "call_single"]
 
 log = logging.getLogger(__name__)
 

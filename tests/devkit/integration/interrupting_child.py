@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["interrupting_child", "running"]
+__all__ = ["interrupting_child", "running", "sigint_as_in_a_terminal"]
 
 _SCRIPT = '''#!{python}
 import os, signal, socket, sys
@@ -28,20 +28,34 @@ signal.pause()
 
 
 @contextmanager
+def sigint_as_in_a_terminal() -> Iterator[None]:
+    """Within the block SIGINT raises ``KeyboardInterrupt`` here, and a child started gets
+    SIGINT's default (a handled signal is reset to it at exec), as in a terminal's
+    foreground job, whatever the test runner inherited: a runner started in the background
+    by a shell without job control ignores SIGINT, and its children inherit that across
+    exec (the demo then never saw a Ctrl-C and drained on to the end: seen in a CI run
+    started so)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
 def interrupting_child(path: Path) -> Iterator[Path]:
     """Write the stand-in as the executable ``path``; yields the file its pid will be in.
 
-    Within the block SIGINT raises ``KeyboardInterrupt`` (Python's default, whatever the
-    test runner set); after it, a stand-in still running is killed.
+    Within the block SIGINT raises ``KeyboardInterrupt`` (:func:`sigint_as_in_a_terminal`);
+    after it, a stand-in still running is killed.
     """
     pid_file = path.parent / f"{path.name}.pid"
     path.write_text(_SCRIPT.format(python=sys.executable, pid_file=str(pid_file)))
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        yield pid_file
+        with sigint_as_in_a_terminal():
+            yield pid_file
     finally:
-        signal.signal(signal.SIGINT, previous)
         if pid_file.exists() and running(pid := int(pid_file.read_text())):
             os.kill(pid, signal.SIGKILL)
 

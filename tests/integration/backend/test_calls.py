@@ -10,8 +10,9 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
-from airflow_llm_router.backend.calls import CallResult, call_batch, call_single, http_client
+from airflow_llm_router.backend.calls import CallResult, call_batch, call_single
 from airflow_llm_router.backend.config import BackendConfig
+from airflow_llm_router.backend.session import http_client
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
 from llm_router_devkit.simulator.profile import ModelProfile
 

@@ -4,7 +4,6 @@ process, embedded Redis and PostgreSQL), not in-process."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -12,13 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llm_router_devkit.demo.__main__ import AS_IS_REFUSAL
 from llm_router_devkit.stack import group_members, wait_for
+from tests.devkit.integration.interrupting_child import sigint_as_in_a_terminal
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -34,20 +33,6 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-@contextlib.contextmanager
-def _sigint_as_in_a_terminal() -> Iterator[None]:
-    """Within the block, a child started gets SIGINT's default, as a terminal's foreground
-    job does, whatever the test runner inherited: a runner started in the background by a
-    shell without job control ignores SIGINT, its children inherit that across exec, and the
-    demo then never saw the Ctrl-C (it drained on to the end: seen in a CI run started so).
-    A signal handled here is reset to its default in a child's exec."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 @pytest.mark.parametrize(("signum", "code_after", "last_line"), [
     # Ctrl-C signals the terminal's foreground group: the demo and everything it started
     pytest.param(signal.SIGINT, 130, "interrupted; services stopped", id="ctrl-c"),
@@ -57,7 +42,7 @@ def _sigint_as_in_a_terminal() -> Iterator[None]:
 def test_ctrl_c_or_sigterm_mid_drain_stops_every_service(
         tmp_path: Path, signum: signal.Signals, code_after: int, last_line: str) -> None:
     out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
-    with open(out_path, "wb") as out, open(err_path, "wb") as err, _sigint_as_in_a_terminal():
+    with open(out_path, "wb") as out, open(err_path, "wb") as err, sigint_as_in_a_terminal():
         # Its own session, as a terminal's foreground job (killpg below for Ctrl-C).
         demo = subprocess.Popen(
             [sys.executable, "-m", "llm_router_devkit.demo", "--prompts", "5000",
