@@ -19,7 +19,9 @@ asked, and prints per run:
   second in ``runs.json`` (from the backend's reset, the first call's second included),
   and per 50 ms over the first 3 s from the first call (``calls_first_3s``: the first
   window's burst) and over the 3 s a window later (``calls_second_window_3s``: how
-  closely the second window's calls follow the first's as those leave);
+  closely the second window's calls follow the first's as those leave), and so for
+  every window (``calls_window_starts_3s``: how far each window's burst has come
+  behind the first's);
 - each model's guard at the end, how often the engine widened it (a widened guard holds
   the second window's calls back) and the output tokens it reserves per call
   (``engine_end``);
@@ -201,6 +203,9 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                              if any(v["requests"])},
         "calls_first_3s": _start(fine, first),
         "calls_second_window_3s": _start(fine, first + profile.scaled_window_s),
+        "calls_window_starts_3s": [_start(fine, first + k * profile.scaled_window_s)
+                                   for k in range(math.ceil((last_answer - first)
+                                                            / profile.scaled_window_s))],
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in finals),
         "cpu_s": cpu,
         "engine_end": engine,
