@@ -188,6 +188,9 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     for e in events.fired:  # a change's stamp from the first call: at or after the true one
         if "done_wall" in e:
             e["change_s"] = math.ceil((e.pop("done_wall") - reset_at - first) * 100) / 100
+    # each window's first 3 s per 50 ms, the first two windows' whatever the run's length
+    windows = max(2, math.ceil((last_answer - first) / profile.scaled_window_s))
+    starts = [_start(fine, first + k * profile.scaled_window_s) for k in range(windows)]
     violations = {m: {r: n for r, n in (v.get("violations") or {}).items()
                       if n and r != "total"}
                   for m, v in stats["models"].items()}
@@ -201,11 +204,9 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                              if any(v["requests"])},
         "calls_per_second": {m: v["requests"] for m, v in second["models"].items()
                              if any(v["requests"])},
-        "calls_first_3s": _start(fine, first),
-        "calls_second_window_3s": _start(fine, first + profile.scaled_window_s),
-        "calls_window_starts_3s": [_start(fine, first + k * profile.scaled_window_s)
-                                   for k in range(math.ceil((last_answer - first)
-                                                            / profile.scaled_window_s))],
+        "calls_first_3s": starts[0],
+        "calls_second_window_3s": starts[1],
+        "calls_window_starts_3s": starts,
         "hedged": sum(int((e.get("summary") or {}).get("hedged") or 0) for e in finals),
         "cpu_s": cpu,
         "engine_end": engine,
