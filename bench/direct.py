@@ -23,8 +23,8 @@ asked, and prints per run:
   every window (``calls_window_starts_3s``: how far each window's burst has come
   behind the first's);
 - each model's guard at the end, how often the engine widened it (a widened guard holds
-  the second window's calls back) and the output tokens it reserves per call
-  (``engine_end``);
+  the next window's calls back, except those of calls answered with their receipt:
+  ``receipts`` counts those) and the output tokens it reserves per call (``engine_end``);
 - the CPU the run took in the private Redis (the engine's scripts; its process, read as
   ``bench.admission`` reads it) and in the drains' process (``cpu_s``).
 
@@ -170,6 +170,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             events.stop()
             engine = {m.model: {"guard_ms": m.guard_ms,
                                 "guard_widened": m.counters.get("guard_widened", 0),
+                                "receipts": m.counters.get("receipts", 0),
                                 "output_estimate": m.output_estimate}
                       for m in router.stats().models.values()}
             stats = http.get("/stats").json()

@@ -150,6 +150,10 @@ class CompleteBody(BaseModel):
         "with outcome ok, how long the call took from your send to its answer: the model's "
         "learned latency takes it (omitted: the time from the admission to this "
         "/complete, which also counts your waits before and after the call)"))
+    received_at_s: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
+        "when the backend says it received the call (its x-received-ms header / 1000: "
+        "epoch seconds, its clock): the call then counts in its window from there, never "
+        "before its admission's hop, rather than for the model's guard past it"))
 
 
 class Completed(BaseModel):
@@ -235,7 +239,8 @@ async def complete(body: CompleteBody, _: Writer, router_client: Client) -> Comp
     done = await router_client.complete_many([Completion(
         body.lease_id, usage.input_tokens if usage else None,
         usage.output_tokens if usage else None, body.outcome, body.retry_after_s,
-        arrival_delay_s=body.arrival_delay_s, latency_s=body.latency_s)])
+        arrival_delay_s=body.arrival_delay_s, latency_s=body.latency_s,
+        received_at_s=body.received_at_s)])
     if done[0] == "unknown":
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"lease {body.lease_id!r} is unknown: it never existed, or its "

@@ -8,6 +8,7 @@ fail one bad request alone, before it is queued.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,10 @@ class Completion:
         admission to this settlement, which also counts the waits to send the call and to
         settle it: in a burst of hundreds of calls those are seconds, and they are the
         burst's, not the model's (docs/engine.md, "Finish-time choice").
+    :param received_at_s: when the backend says it counted the call (its wall clock, epoch
+        seconds: ``x-received-ms`` / 1000). The call's window entry then counts from there,
+        not from its send plus the model's guard (docs/engine.md, "Guard"): the guard
+        covers the delays of calls not answered yet.
     """
 
     lease_id: str
@@ -61,6 +66,7 @@ class Completion:
     announced_rpm: int | None = None
     announced_tpm: int | None = None
     latency_s: float | None = None
+    received_at_s: float | None = None
 
 
 def encode_request(r: AdmitRequest) -> list[Any]:
@@ -136,6 +142,10 @@ def encode_completion(c: Completion) -> list[Any]:
         # into the same script call
         if value is not None and (not whole_number(value) or value < 0):
             raise ValueError(f"{name}: {value!r} must be a whole number >= 0 or None")
+    got = c.received_at_s
+    if got is not None and (isinstance(got, bool) or not isinstance(got, int | float)
+                            or not math.isfinite(got)):
+        raise ValueError(f"received_at_s: {got!r} must be epoch seconds or None")
     lat = c.latency_s
     if lat is not None and (isinstance(lat, bool) or not isinstance(lat, int | float)
                             or not 0 <= lat < math.inf):
@@ -155,7 +165,10 @@ def encode_completion(c: Completion) -> list[Any]:
         -1 if c.announced_rpm is None else max(0, int(c.announced_rpm)),
         -1 if c.announced_tpm is None else max(0, int(c.announced_tpm)),
         -1 if lat is None else round(lat * 1000),
+        # how long ago, now: the script runs later, so its time less this is no earlier
+        # than the receipt (a backend clock ahead of ours reads as now)
+        -1 if got is None else max(0, math.floor((time.time() - got) * 1000)),
     )
-    if said != (-1, 0, -1, -1, -1):
+    if said != (-1, 0, -1, -1, -1, -1):
         item.extend(said)
     return item

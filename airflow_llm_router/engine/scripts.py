@@ -31,7 +31,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "complete": ("prelude", "budget", "history", "health", "effective", "guard", "kinds"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),
-    "set_quota": ("prelude", "history"),
+    "set_quota": ("prelude", "history", "guard"),
     "delete_quota": ("prelude", "guard"),
     "start_recovery": ("prelude", "guard"),
     "stats": ("prelude", "budget", "effective", "guard", "model_state", "kinds"),

@@ -255,7 +255,8 @@ class Solver:
                           hold_s=said.hold_s if said else None,
                           announced_rpm=said.limit_requests if said else None,
                           announced_tpm=said.limit_tokens if said else None,
-                          latency_s=result.latency_s if outcome == "ok" else None)
+                          latency_s=result.latency_s if outcome == "ok" else None,
+                          received_at_s=said.received_at_s if said else None)
         if outcome == "ok":
             # The answer goes back to the caller (and into the store) now, whatever Redis
             # does: settling its lease is bookkeeping, retried through an outage.

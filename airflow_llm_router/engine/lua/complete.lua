@@ -2,14 +2,18 @@
 -- estimate in the window with the actual tokens (if the entry is still in the window, also
 -- for a lease that already expired), and feeds the model's health.
 -- ARGV[2]: JSON [[lease id, input tokens, output tokens, outcome, retry after ms,
---           delay ms, hold ms, announced requests, announced tokens], ...]
+--           delay ms, hold ms, announced requests, announced tokens, latency ms,
+--           receipt ms ago], ...]
 --          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
 --          | 'abandoned' (the lease's call was never made: lib/health.lua);
---          the last four are optional (-1 or 0: unknown), from what the provider said:
+--          the rest are optional (-1 or 0: unknown), from what the provider said:
 --          delay = when the call reached it less when it was sent (widens the model's guard,
 --          lib/guard.lua); hold = ms until its window has room again, said on any outcome
 --          (remaining 0: the model cools down without a 429); announced = its limits
---          (cap the effective limit, lib/effective.lua).
+--          (cap the effective limit, lib/effective.lua); then the caller's latency ms
+--          (send to answer) and the receipt: ms ago, by the caller's clock, that the
+--          provider says it counted the call (its window entry counts from then:
+--          guard_receipts in lib/guard.lua).
 -- Reply per lease: 1 released, 2 settled but the lease had expired, 0 unknown lease.
 -- A live lease released 'ok' also feeds the model's latency estimate (ms, admission to
 -- completion) in K_EST '<model>|lat' (its mean deviation in '<model>|latd') and its output
@@ -80,7 +84,7 @@ for k, it in ipairs(items) do
     local b = by_model[m]
     b[#b + 1] = {lid, it[2], it[3], it[4], it[5], k, tonumber(it[6]) or -1,
                  tonumber(it[7]) or 0, tonumber(it[8]) or -1, tonumber(it[9]) or -1,
-                 tonumber(it[10]) or -1}
+                 tonumber(it[10]) or -1, tonumber(it[11]) or -1}
   end
 end
 
@@ -102,16 +106,24 @@ local function provider_said(m, batch)
     delay, hold = math.max(delay, it[7]), math.max(hold, it[8])
     if it[9] >= 0 or it[10] >= 0 then ann = it end
   end
-  if delay < 0 and hold <= 0 and not ann then return end
-  local q = quota_of(m)
-  if not q then return end
+  local q = (delay > 0 or hold > 0 or ann) and quota_of(m)
   -- below the quota, a learned limit governs and its probes would be skewed by a guard
   -- widened meanwhile (calls spaced past the provider's window hide a probe's excess)
-  if delay > 0 then
+  if q and delay > 0 then
     guard_observe(m, q, delay, function() return eff_at_quota(m, q) end)
   end
-  if hold > 0 then cool_until(m, NOW + hold) end
-  if ann then eff_announce(m, ann[9], ann[10]) end
+  if q and hold > 0 then cool_until(m, NOW + hold) end
+  if q and ann then eff_announce(m, ann[9], ann[10]) end
+  -- calls whose receipt the provider said count from it, not from their send plus the
+  -- guard (lib/guard.lua), once the guard has taken in this batch's delays
+  local receipts = {}
+  for _, it in ipairs(batch) do
+    if it[12] >= 0 and it[4] ~= 'abandoned' then
+      receipts[#receipts + 1], receipts[#receipts + 2] = it[1], it[12]
+    end
+  end
+  q = #receipts > 0 and (q or quota_of(m))
+  if q then guard_receipts(m, q, receipts) end
 end
 
 local released, rids = {}, {}

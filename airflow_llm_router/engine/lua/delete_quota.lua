@@ -8,9 +8,11 @@ if not raw then return 0 end
 local q = cjson.decode(raw)
 redis.call('HDEL', K_QUOTAS, m)
 redis.call('HDEL', K_FAIR, m)
--- a learned limit and guard go with it; the window log lives as long as the longest guard
+-- a learned limit and guard go with it (what the guard held past the least any quota has,
+-- its window entries keep: lib/guard.lua); the window log lives as long as the longest guard
+guard_hold(m, guard_read(m, q) - GUARD)
 redis.call('HDEL', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n', m .. '|ann', m .. '|ann_t',
-           m .. '|guard', m .. '|guard_t')
+           m .. '|guard', m .. '|guard_t', m .. '|guard_429_t')
 local keep = q.win + guard_longest(q)
 redis.call('PEXPIRE', K_WIN(m), int(keep))
 redis.call('PEXPIRE', K_WTOK(m), int(keep))

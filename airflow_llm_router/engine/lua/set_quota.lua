@@ -4,9 +4,14 @@
 -- Reply: 1 created, 0 replaced.
 local m = ARGV[2]
 -- a changed quota is a new target: what was learned of the old one's real limit goes
-if redis.call('HGET', K_QUOTAS, m) ~= ARGV[3] then
+local old = redis.call('HGET', K_QUOTAS, m)
+if old ~= ARGV[3] then
   redis.call('HDEL', K_HEALTH, m .. '|eff', m .. '|eff_t', m .. '|eff_n')
-  history_targets(m, cjson.decode(ARGV[3]))
+  local q = cjson.decode(ARGV[3])
+  history_targets(m, q)
+  -- a new window moves the guard's base and cap: the window log keeps what it had
+  local was = old and cjson.decode(old)
+  if was and was.win ~= q.win then guard_hold(m, guard_read(m, was) - guard_read(m, q)) end
 end
 local created = redis.call('HSET', K_QUOTAS, m, ARGV[3])
 -- keys of a deleted model were set to expire; keep them now that it is back

@@ -20,7 +20,8 @@ if type(names) ~= 'table' then
   if m then return cjson.encode({stale = m}) end  -- the caller re-reads the models, retries
 end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
-                  'expired', 'breaker_opened', 'limit_cuts', 'guard_widened', 'abandoned'}
+                  'expired', 'breaker_opened', 'limit_cuts', 'guard_widened', 'abandoned',
+                  'receipts'}
 local out = {}
 for _, m in ipairs(names) do
   local st = load_model(m)

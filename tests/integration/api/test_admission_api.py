@@ -322,6 +322,24 @@ async def test_a_reported_http_hop_widens_the_models_guard(api: httpx.AsyncClien
     assert stats.guard_ms >= 1.25 * 400 and stats.counters["guard_widened"] == 1
 
 
+async def test_a_reported_receipt_counts_the_call_from_there_not_for_the_guard_past_it(
+        api: httpx.AsyncClient, engine: RouterClient) -> None:
+    engine.set_quota("m", {**ROOMY, "rpm": 2, "window_s": 4})
+    lease = await schedule(api)
+    window = engine.core.keys.model("K_WIN", "m")
+    hop_end = engine.redis.zscore(window, lease["lease_id"])  # admission + http_hop_ms
+    assert hop_end is not None
+    bad = await api.post("/complete", json={"lease_id": lease["lease_id"],
+                                            "received_at_s": -1})
+    assert bad.status_code == 422 and "received_at_s" in bad.text
+    # received now, before the hop's end: it counts from the hop's end, plus 25 ms of
+    # margin instead of the 50 ms guard
+    done = await api.post("/complete", json={"lease_id": lease["lease_id"],
+                                             "received_at_s": time.time()})
+    assert done.json()["status"] == "released"
+    assert engine.redis.zscore(window, lease["lease_id"]) == hop_end + 25 - 50
+
+
 async def test_a_reported_latency_is_what_the_model_learns(
         api: httpx.AsyncClient, engine: RouterClient, redis_url: str, namespace: str) -> None:
     engine.set_quota("m", ROOMY)

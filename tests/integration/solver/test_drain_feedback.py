@@ -178,4 +178,6 @@ async def test_a_varying_arrival_delay_is_measured_and_the_guard_covers_it(
     assert event["status"] == "done", event
     assert store.counts()["solved"] == tasks
     assert stats.guard_ms >= 1000 * jitter_s * 0.5, stats  # it measured the delays
+    # the answered calls counted from their receipts, the guard only for those in flight
+    assert stats.counters.get("receipts", 0) >= tasks // 2, stats
     assert totals["rejected_429"] <= 2, totals

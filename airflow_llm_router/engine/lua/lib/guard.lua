@@ -20,24 +20,38 @@
 --   passing load spike costs throughput for a while, not for ever.
 -- Capped at GUARD_MAX of the window: past that, a delay is no longer a window's timing and
 -- the effective limit (lib/effective.lua) is the answer.
+-- Receipts: the guard covers the delay of a call whose arrival is not known yet. A call
+-- whose backend said when it counted it (complete.lua: the receipt, x-received-ms) needs
+-- none of it: its entry counts from the receipt plus RECEIPT_MARGIN (guard_receipts), so
+-- a window's places free a window after the calls that held them arrived, not a window
+-- plus the widest delay seen after they were sent.
+local guard_base, guard_longest, guard_of, guard_read, guard_observe, guard_widen
+local guard_receipts, guard_hold
+-- What this library keeps to itself (a script's main function may have at most 200
+-- locals; admit.lua loads every library).
+do
 local GUARD_MARGIN = 1.25
 local GUARD_DECAY = 8
 local GUARD_MAX = 0.25
+-- What a receipt's entry keeps past its window: the receipt is the backend's clock less
+-- the caller's (as a measured delay is), read in whole milliseconds.
+local RECEIPT_MARGIN = 25
 
-local function guard_base(q)
+function guard_base(q)
   return math.max(GUARD, math.floor(q.win * GUARD_SHARE))
 end
 
 -- The longest guard model m can have (how long its window log can still matter).
-local function guard_longest(q)
+function guard_longest(q)
   return math.max(guard_base(q), math.floor(q.win * GUARD_MAX))
 end
 
--- The guard in force for a model with quota q, learned guard g set at time t (nil: none).
-local function guard_of(q, g, t)
+-- The guard in force at `at` (default: now) for a model with quota q, learned guard g set
+-- at time t (nil: none). Without a widening it only shrinks as `at` grows.
+function guard_of(q, g, t, at)
   local base = guard_base(q)
   if not g or g <= base then return base end
-  local halvings = math.floor((NOW - (t or 0)) / (GUARD_DECAY * q.win))
+  local halvings = math.floor(((at or NOW) - (t or 0)) / (GUARD_DECAY * q.win))
   if halvings >= 30 then return base end
   return math.min(math.floor(q.win * GUARD_MAX),
                   math.floor(base + (g - base) / 2 ^ halvings + 0.5))
@@ -45,7 +59,7 @@ end
 
 -- Model m's guard in force and when it was last widened (nil: never), read from Redis
 -- (for scripts that did not load the model's state).
-local function guard_read(m, q)
+function guard_read(m, q)
   local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t')
   local t = tonumber(h[2])
   return guard_of(q, tonumber(h[1]), t), t
@@ -62,7 +76,7 @@ end
 
 -- The provider reported a delay of `delay_ms` between a call's send and its arrival;
 -- `allowed()` says whether the guard may widen now (asked only when it would).
-local function guard_observe(m, q, delay_ms, allowed)
+function guard_observe(m, q, delay_ms, allowed)
   if delay_ms <= 0 then return false end
   local cur = guard_read(m, q)
   local want = delay_ms * GUARD_MARGIN + 5
@@ -71,8 +85,62 @@ local function guard_observe(m, q, delay_ms, allowed)
 end
 
 -- A 429 on model m's call admitted at `admitted` ms: double the guard, once per burst.
-local function guard_widen(m, q, admitted)
+-- Receipts are not trusted for GUARD_DECAY windows after (guard_receipts): a provider
+-- that refuses what the router counted may count from later than it says.
+function guard_widen(m, q, admitted)
   local cur, t = guard_read(m, q)
   if t and admitted <= t then return false end
+  redis.call('HSET', K_HEALTH, m .. '|guard_429_t', int(NOW))
   return guard_raise(m, q, cur, 2 * cur)
+end
+
+-- Window entries of model m (quota q) whose backend said when it counted the call:
+-- `receipts` = {lease id, ms ago, ...} (ago by the caller's clock when it built the
+-- settlement; the script runs later, so NOW - ago is no earlier than the receipt). Each
+-- entry moves earlier (never later) so that it counts until its receipt (never before
+-- what it counted from) + the window + RECEIPT_MARGIN. An entry's end is its score + the
+-- window + the guard in force when it is read, so the score takes the least guard in
+-- force until then: the guard at that end (it only shrinks without a widening, and a
+-- widening only keeps the entry longer).
+-- Returns how many entries moved (counted in the model's 'receipts').
+function guard_receipts(m, q, receipts)
+  if #receipts == 0 then return 0 end
+  local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t', m .. '|guard_429_t')
+  local refused = tonumber(h[3])
+  if refused and NOW - refused < GUARD_DECAY * q.win then return 0 end
+  local least = guard_of(q, tonumber(h[1]), tonumber(h[2]), NOW + q.win + RECEIPT_MARGIN)
+  local args = {}
+  for k = 1, #receipts, 2 do
+    local from = tonumber(redis.call('ZSCORE', K_WIN(m), receipts[k]))
+    if from then
+      -- never before the send (or admission) it counts from now: a receipt before it is
+      -- a backend clock behind ours
+      args[#args + 1] = int(math.max(from, NOW - receipts[k + 1]) + RECEIPT_MARGIN - least)
+      args[#args + 1] = receipts[k]
+    end
+  end
+  if #args == 0 then return 0 end
+  local moved = redis.call('ZADD', K_WIN(m), 'XX', 'LT', 'CH', unpack(args))
+  if moved > 0 then redis.call('HINCRBY', K_STATS, m .. '|receipts', moved) end
+  return moved
+end
+
+-- Model m's guard in force is about to drop other than by its decay: its quota deleted
+-- (the learned guard goes with it) or its window changed (the base and the cap follow the
+-- window). An entry moved by its receipt counts until its end only with the guard it was
+-- moved with, so every entry of the window log moves `by` ms later: each counts at least
+-- as long as before the drop. A few hundred ms more for entries that were never moved.
+function guard_hold(m, by)
+  by = math.ceil(by)
+  if by <= 0 then return end
+  local raw = redis.call('ZRANGE', K_WIN(m), 0, -1, 'WITHSCORES')
+  for first = 1, #raw, 2000 do  -- unpack's stack: a thousand entries a ZADD
+    local args = {}
+    for k = first, math.min(#raw, first + 1999), 2 do
+      args[#args + 1] = int(tonumber(raw[k + 1]) + by)
+      args[#args + 1] = raw[k]
+    end
+    redis.call('ZADD', K_WIN(m), unpack(args))
+  end
+end
 end
