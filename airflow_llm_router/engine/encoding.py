@@ -134,6 +134,20 @@ def _encode_models(r: AdmitRequest) -> list[str] | int:
     return [validate_model_name(m) for m in r.models]
 
 
+#: the oldest receipt told apart (ms ago): older ones count from their send anyway
+_OLDEST_RECEIPT_MS = 86_400_000
+
+
+def _ms_ago(at_s: float) -> int:
+    """How many whole ms ago, now, the epoch time ``at_s`` was: the script runs later, so
+    its own time less this is no earlier than ``at_s``. A time ahead of ours (a backend
+    clock ahead) reads as now; one more than a day ago as a day ago."""
+    ago_s = time.time() - at_s
+    if not ago_s > 0:
+        return 0
+    return math.floor(min(ago_s * 1000, _OLDEST_RECEIPT_MS))
+
+
 def encode_completion(c: Completion) -> list[Any]:
     if c.outcome not in _OUTCOMES:
         raise ValueError(f"outcome: {c.outcome!r} is not one of {', '.join(_OUTCOMES)}")
@@ -165,9 +179,7 @@ def encode_completion(c: Completion) -> list[Any]:
         -1 if c.announced_rpm is None else max(0, int(c.announced_rpm)),
         -1 if c.announced_tpm is None else max(0, int(c.announced_tpm)),
         -1 if lat is None else round(lat * 1000),
-        # how long ago, now: the script runs later, so its time less this is no earlier
-        # than the receipt (a backend clock ahead of ours reads as now)
-        -1 if got is None else max(0, math.floor((time.time() - got) * 1000)),
+        -1 if got is None else _ms_ago(got),
     )
     if said != (-1, 0, -1, -1, -1, -1):
         item.extend(said)

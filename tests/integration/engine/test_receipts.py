@@ -38,6 +38,15 @@ def sent_pair(router: RouterClient) -> list[Admission]:
     return pair
 
 
+def started(make_router: Callable[..., RouterClient], window_ms: int,
+            **settings: Any) -> tuple[RouterClient, list[Admission]]:
+    """A router with model "a" (rpm 2 in windows of ``window_ms``) and both its places
+    taken by calls stamped as sent."""
+    router = make_router(**settings)
+    router.set_quota("a", quota(window_ms / 1000))
+    return router, sent_pair(router)
+
+
 def entry_end(router: RouterClient, lease: Admission, window_ms: int) -> float:
     """When ``lease``'s window entry stops counting, by Redis's clock, with the guard in
     force now (the engine's rule: its score + the window + the guard)."""
@@ -58,9 +67,9 @@ def receive(router: RouterClient, lease: Admission, **said: Any) -> tuple[int, i
 def test_an_answered_call_counts_from_its_receipt_not_its_send_plus_the_guard(
         make_router: Callable[..., RouterClient]) -> None:
     window_ms, guard_ms = 500, 300
-    router = make_router(guard_ms=guard_ms, guard_share=0, jitter=0)  # waits as computed
-    router.set_quota("a", quota(window_ms / 1000))
-    first, second = sent_pair(router)
+    # jitter 0: waits as the engine computes them
+    router, (first, second) = started(make_router, window_ms, guard_ms=guard_ms,
+                                      guard_share=0, jitter=0)
     unanswered = entry_end(router, second, window_ms)
     before, after = receive(router, first)
     # the receipt's entry: a window and the margin after the receipt, no guard
@@ -109,9 +118,7 @@ def test_a_receipt_entry_counts_with_the_guard_left_after_a_halving_during_its_w
 def test_a_receipt_entry_keeps_a_widened_guard_when_the_quota_is_deleted_and_made_again(
         make_router: Callable[..., RouterClient]) -> None:
     window_ms = 1000
-    router = make_router(guard_ms=100, guard_share=0)
-    router.set_quota("a", quota(window_ms / 1000))
-    first, second = sent_pair(router)
+    router, (first, second) = started(make_router, window_ms, guard_ms=100, guard_share=0)
     # a measured delay widens the guard to 1.25 x 156 + 5 = 200 ms
     router.complete_many([Completion(second.lease_id, 1, 0, "ok", arrival_delay_s=0.156)])
     assert router.stats().models["a"].guard_ms == 200
@@ -142,9 +149,8 @@ def test_a_receipt_entry_keeps_its_guard_when_the_window_shrinks(
 def test_after_a_429_widened_the_guard_receipts_wait_eight_windows(
         make_router: Callable[..., RouterClient]) -> None:
     window_ms = 500
-    router = make_router(guard_ms=50, guard_share=0, cooldown_ms=1)
-    router.set_quota("a", quota(window_ms / 1000))
-    first, second = sent_pair(router)
+    router, (first, second) = started(make_router, window_ms, guard_ms=50, guard_share=0,
+                                      cooldown_ms=1)
     refused = redis_ms(router)
     router.complete_many([Completion(first.lease_id, outcome="rate_limited")])
     stats = router.stats().models["a"]
@@ -170,9 +176,7 @@ def test_a_receipt_before_the_send_counts_from_the_send(
     # a backend whose clock runs behind ours says it received the call before it was
     # sent: the entry counts from the send, plus the margin instead of the guard
     window_ms, guard_ms = 500, 300
-    router = make_router(guard_ms=guard_ms, guard_share=0)
-    router.set_quota("a", quota(window_ms / 1000))
-    first, _ = sent_pair(router)
+    router, (first, _) = started(make_router, window_ms, guard_ms=guard_ms, guard_share=0)
     sent_end = entry_end(router, first, window_ms)
     router.complete_many([Completion(first.lease_id, 1, 0, "ok",
                                      received_at_s=time.time() - 60)])
@@ -189,3 +193,15 @@ def test_a_bad_receipt_is_refused_naming_the_field(
         router.complete_many([Completion(lease.lease_id, 1, 0, "ok",
                                          received_at_s=bad)])  # type: ignore[arg-type]
     assert router.complete(lease.lease_id, 1, 0) == "released"  # nothing was settled
+
+
+def test_a_receipt_far_ahead_of_our_clock_counts_from_the_settlement(
+        make_router: Callable[..., RouterClient]) -> None:
+    # a backend clock ahead of ours (here absurdly: /complete's fuzzing found it) says it
+    # received the call later than now: the entry counts from the settlement
+    window_ms = 500
+    router, (first, _) = started(make_router, window_ms, guard_ms=300, guard_share=0)
+    before = redis_ms(router)
+    assert router.complete_many([Completion(first.lease_id, 1, 0, "ok",
+                                            received_at_s=1e308)]) == ["released"]
+    assert entry_end(router, first, window_ms) >= before + window_ms + MARGIN_MS

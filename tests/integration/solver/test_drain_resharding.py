@@ -114,8 +114,13 @@ async def test_a_drain_across_reshardings_solves_everything_once(
     violations = {m: e["violations"] for m, e in stats["models"].items()
                   if e["violations"]["total"]}
     # a call failed by a connection closed under it, wherever it was (a send stamp, a
-    # settlement in its task, an admission round)
-    closed = [r.getMessage()[:200] for r in caplog.records if "writelines" in r.getMessage()]
+    # settlement in its task, an admission round). redis-py's own sharded pub/sub may log
+    # one as it reconciles its subscriptions after a move ("shard subscription
+    # reconciliation failed", seen in a full suite's run on 2026-11-28): no call of the
+    # drain's failed, the release listener subscribes again ("release channel lost"),
+    # and the drain is held to its outcome below like any other
+    closed = [r.getMessage()[:200] for r in caplog.records
+              if "writelines" in r.getMessage() and r.name.startswith("airflow_llm_router")]
     print(f"{during} moves of the slot during the drain ({sorted(set(mover.moves))} keys "
           f"each); drain {event.get('summary', {}).get('elapsed_s')} s; backend totals "
           f"{stats['totals']}; violations {violations}; calls failed on a closed "
