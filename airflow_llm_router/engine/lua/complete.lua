@@ -98,32 +98,33 @@ local function quota_of(m)
   return QUOTAS[m] or nil
 end
 
--- What the provider said with a model's answers: the largest delay, the longest hold and
--- the last announced limits of the batch.
+-- What the provider said with a model's answers: the largest delay, the longest hold,
+-- the last announced limits of the batch and each call's receipt.
 local function provider_said(m, batch)
   local delay, hold, ann = -1, 0, nil
   for _, it in ipairs(batch) do
     delay, hold = math.max(delay, it[7]), math.max(hold, it[8])
     if it[9] >= 0 or it[10] >= 0 then ann = it end
   end
-  local q = (delay > 0 or hold > 0 or ann) and quota_of(m)
-  -- below the quota, a learned limit governs and its probes would be skewed by a guard
-  -- widened meanwhile (calls spaced past the provider's window hide a probe's excess)
-  if q and delay > 0 then
-    guard_observe(m, q, delay, function() return eff_at_quota(m, q) end)
-  end
-  if q and hold > 0 then cool_until(m, NOW + hold) end
-  if q and ann then eff_announce(m, ann[9], ann[10]) end
-  -- calls whose receipt the provider said count from it, not from their send plus the
-  -- guard (lib/guard.lua), once the guard has taken in this batch's delays
   local receipts = {}
   for _, it in ipairs(batch) do
     if it[12] >= 0 and it[4] ~= 'abandoned' then
       receipts[#receipts + 1], receipts[#receipts + 2] = it[1], it[12]
     end
   end
-  q = #receipts > 0 and (q or quota_of(m))
-  if q then guard_receipts(m, q, receipts) end
+  if delay < 0 and hold <= 0 and not ann and #receipts == 0 then return end
+  local q = quota_of(m)
+  if not q then return end
+  -- below the quota, a learned limit governs and its probes would be skewed by a guard
+  -- widened meanwhile (calls spaced past the provider's window hide a probe's excess)
+  if delay > 0 then
+    guard_observe(m, q, delay, function() return eff_at_quota(m, q) end)
+  end
+  if hold > 0 then cool_until(m, NOW + hold) end
+  if ann then eff_announce(m, ann[9], ann[10]) end
+  -- calls whose receipt the provider said count from it, not from their send plus the
+  -- guard (lib/guard.lua), once the guard has taken in this batch's delays
+  guard_receipts(m, q, receipts)
 end
 
 local released, rids = {}, {}

@@ -16,6 +16,14 @@ def redis_ms(router: RouterClient) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
+def until_redis_ms(router: RouterClient, at: float, timeout_s: float = 10.0) -> None:
+    """Until Redis's clock reads ``at`` ms or later (what window entries are judged by)."""
+    deadline = time.monotonic() + timeout_s
+    while redis_ms(router) < at:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)  # Redis's clock passing is the condition: nothing to wait on
+
+
 def admit_all(router: RouterClient, most: int = 200) -> list[Admission]:
     """Admit one-token requests until admission says wait (more than ``most``: a failure)."""
     out = []

@@ -20,7 +20,12 @@ import pytest
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.core import Completion
 from airflow_llm_router.engine.types import Admission, Wait
-from tests.integration.engine.admitting import admit_all, first_admission, redis_ms
+from tests.integration.engine.admitting import (
+    admit_all,
+    first_admission,
+    redis_ms,
+    until_redis_ms,
+)
 
 #: what a receipt's entry counts past its window (RECEIPT_MARGIN in lib/guard.lua)
 MARGIN_MS = 25
@@ -87,13 +92,6 @@ def test_an_answered_call_counts_from_its_receipt_not_its_send_plus_the_guard(
     assert admitted_at < unanswered
 
 
-def until_redis_ms(router: RouterClient, at: float) -> None:
-    deadline = time.monotonic() + 15
-    while redis_ms(router) < at:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)  # Redis's clock passing is the condition: nothing to wait on
-
-
 def test_a_receipt_entry_counts_with_the_guard_left_after_a_halving_during_its_window(
         make_router: Callable[..., RouterClient]) -> None:
     window_ms = 1000
@@ -106,12 +104,12 @@ def test_a_receipt_entry_counts_with_the_guard_left_after_a_halving_during_its_w
     widened = redis_ms(router)
     assert router.stats().models["a"].guard_ms == 105
     # a call sent and answered 700 ms before the halving counts past it
-    until_redis_ms(router, widened + 8 * window_ms - 700)
+    until_redis_ms(router, widened + 8 * window_ms - 700, timeout_s=15)
     first = first_admission(router)
     router.mark_sent([first.lease_id])
     before, _ = receive(router, first)
     assert router.stats().models["a"].guard_ms == 105  # (the halving had not come yet)
-    until_redis_ms(router, widened + 8 * window_ms + 1)
+    until_redis_ms(router, widened + 8 * window_ms + 1, timeout_s=15)
     assert router.stats().models["a"].guard_ms == 63  # 20 + 85 / 2
     assert entry_end(router, first, window_ms) >= before + window_ms + MARGIN_MS - 1
 

@@ -57,12 +57,12 @@ function guard_of(q, g, t, at)
                   math.floor(base + (g - base) / 2 ^ halvings + 0.5))
 end
 
--- Model m's guard in force and when it was last widened (nil: never), read from Redis
--- (for scripts that did not load the model's state).
-function guard_read(m, q)
+-- Model m's guard in force at `at` (default: now) and when it was last widened (nil:
+-- never), read from Redis (for scripts that did not load the model's state).
+function guard_read(m, q, at)
   local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t')
   local t = tonumber(h[2])
-  return guard_of(q, tonumber(h[1]), t), t
+  return guard_of(q, tonumber(h[1]), t, at), t
 end
 
 -- Raise model m's guard from `cur` to `ms` (at most the cap); returns true when it grew.
@@ -105,18 +105,20 @@ end
 -- Returns how many entries moved (counted in the model's 'receipts').
 function guard_receipts(m, q, receipts)
   if #receipts == 0 then return 0 end
-  local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t', m .. '|guard_429_t')
-  local refused = tonumber(h[3])
+  local refused = tonumber(redis.call('HGET', K_HEALTH, m .. '|guard_429_t'))
   if refused and NOW - refused < GUARD_DECAY * q.win then return 0 end
-  local least = guard_of(q, tonumber(h[1]), tonumber(h[2]), NOW + q.win + RECEIPT_MARGIN)
+  local least = guard_read(m, q, NOW + q.win + RECEIPT_MARGIN)
+  local ids = {}
+  for k = 1, #receipts, 2 do ids[#ids + 1] = receipts[k] end
+  local froms = redis.call('ZMSCORE', K_WIN(m), unpack(ids))
   local args = {}
-  for k = 1, #receipts, 2 do
-    local from = tonumber(redis.call('ZSCORE', K_WIN(m), receipts[k]))
+  for k, lid in ipairs(ids) do
+    local from = tonumber(froms[k])
     if from then
       -- never before the send (or admission) it counts from now: a receipt before it is
       -- a backend clock behind ours
-      args[#args + 1] = int(math.max(from, NOW - receipts[k + 1]) + RECEIPT_MARGIN - least)
-      args[#args + 1] = receipts[k]
+      args[#args + 1] = int(math.max(from, NOW - receipts[2 * k]) + RECEIPT_MARGIN - least)
+      args[#args + 1] = lid
     end
   end
   if #args == 0 then return 0 end
