@@ -28,6 +28,10 @@ list with room now, as the router's drain admits it): the plain reference treats
 a set and may send a prompt past its first choice while that has room, which makes it
 faster than any schedule that keeps the order.
 
+For a ``bench.direct`` run, which records each model's calls per window, it also prints
+them next to the reference's: where a run falls short of the reference, the windows and
+models that carry the difference (a bottleneck measured on the same run).
+
 The reference with costs unknown (``blind_reference_schedule``, with the LP plan of the
 expected instance) makes the same choices knowing only what a router knows before a call
 answers (each model's mean latency, each prompt's reservation: input + the model's 95th
@@ -41,8 +45,8 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +67,8 @@ from llm_router_devkit.yardstick import (
 #: The benchmark's backend models (the simulator's default profile), by name.
 MODELS = [m.name for m in SimulatorProfile.default().models]
 
-__all__ = ["NOMINAL", "Timing", "Yardstick", "direct_runs", "instance_of", "main", "measure",
-           "relevant", "timing_of"]
+__all__ = ["NOMINAL", "Timing", "Yardstick", "calls_per_window", "direct_runs", "instance_of",
+           "main", "measure", "relevant", "timing_of", "windows_table"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class Yardstick:
     kept_s: float | None = None
     blind_s: float | None = None
     blind_kept_s: float | None = None
+    #: the reference's calls per model per window (``calls_per_window``)
+    windows: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,43 @@ def measure(name: str, seed: int, time_scale: float, timing: Timing = NOMINAL) -
         if instance.ordered else None
     return Yardstick(name, bound.makespan_s, reference.makespan_s, time.monotonic() - started,
                      None if kept is None else kept.makespan_s, blind.makespan_s,
-                     None if blind_kept is None else blind_kept.makespan_s)
+                     None if blind_kept is None else blind_kept.makespan_s,
+                     calls_per_window(reference.sends, profile.scaled_window_s))
+
+
+def calls_per_window(sends: Sequence[tuple[str, float]], window_s: float
+                     ) -> dict[str, tuple[int, ...]]:
+    """Each model's calls in each window ``[k W, (k+1) W)`` from time 0, out to the last
+    window any model sends in (the models in the order of their first send)."""
+    windows = 1 + max((int(t // window_s) for _, t in sends), default=-1)
+    counts: dict[str, list[int]] = {}
+    for model, t in sends:
+        counts.setdefault(model, [0] * windows)[int(t // window_s)] += 1
+    return {m: tuple(v) for m, v in counts.items()}
+
+
+def windows_table(run: Mapping[str, Sequence[int]], reference: Mapping[str, Sequence[int]]
+                  ) -> str:
+    """A run's calls per model per window (its hedges included) next to the reference's,
+    as "run (reference)" cells, with the totals per window; models by the reference's
+    calls, most first."""
+    windows = max((len(v) for v in (*run.values(), *reference.values())), default=0)
+
+    def at(counts: Sequence[int], k: int) -> int:
+        return counts[k] if k < len(counts) else 0
+
+    models = sorted(set(run) | set(reference),
+                    key=lambda m: (-sum(reference.get(m, ())), -sum(run.get(m, ())), m))
+    head = "| model | " + " | ".join(f"window {k + 1}" for k in range(windows)) + " |"
+    lines = [head, "|---|" + "---|" * windows]
+    for m in models:
+        cells = [f"{at(run.get(m, ()), k)} ({at(reference.get(m, ()), k)})"
+                 for k in range(windows)]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    totals = [f"{sum(at(v, k) for v in run.values())} "
+              f"({sum(at(v, k) for v in reference.values())})" for k in range(windows)]
+    lines.append("| all | " + " | ".join(totals) + " |")
+    return "\n".join(lines)
 
 
 def _share(yardstick_s: float, made_s: float, finished: bool) -> str:
@@ -216,7 +258,8 @@ def direct_runs(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Timi
         counts = run["counts"]
         rows.append({"workload": workload, "design": design, "makespan_s": run["makespan_s"],
                      "solved": counts["solved"], "tasks": sum(counts.values()),
-                     "time_scale": record["time_scale"]})
+                     "time_scale": record["time_scale"],
+                     "calls_per_window": run.get("calls_per_window") or {}})
         change = next((e["change_s"] for e in run.get("fired") or ()
                        if e.get("event") == "quota_change" and "change_s" in e), None)
         timings.append(Timing(change_s=None if change is None
@@ -269,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   flush=True)
         sticks.append(done[key])
     print(_table(runs, sticks))
+    for k, (r, y) in enumerate(zip(runs, sticks, strict=True)):
+        if r.get("calls_per_window") and y.windows:
+            print(f"\n{r['workload']}, run {k + 1} ({r['makespan_s']:.2f} s): calls per window, "
+                  "the run's (the reference's)")
+            print(windows_table(r["calls_per_window"], y.windows))
     return 0
 
 

@@ -11,10 +11,12 @@ from bench.e2e.yardstick import (
     Timing,
     Yardstick,
     _table,
+    calls_per_window,
     direct_runs,
     instance_of,
     relevant,
     timing_of,
+    windows_table,
 )
 from llm_router_devkit.demo.seed import SeedTask
 from llm_router_devkit.simulator import SimulatorProfile
@@ -104,5 +106,34 @@ def test_a_direct_run_is_measured_at_its_own_change_stamp() -> None:
     rows, timings = direct_runs(record)
     assert timings == [Timing(change_s=20.1), Timing(change_s=20.1), NOMINAL]
     assert rows[0] == {"workload": "W3", "design": "router (bench.direct, warm)",
-                       "makespan_s": 68.4, "solved": 3990, "tasks": 4000, "time_scale": 3.0}
+                       "makespan_s": 68.4, "solved": 3990, "tasks": 4000, "time_scale": 3.0,
+                       "calls_per_window": {}}
     assert direct_runs({"command": "python -m bench.direct", "runs": [run([])]}) == ([], [])
+
+
+def test_the_references_calls_are_counted_per_model_and_window() -> None:
+    """Window k holds the sends at [k W, (k+1) W) from time 0; every model has a count for
+    every window out to the last one any model sends in."""
+    sends = [("a", 0.0), ("a", 19.99), ("b", 20.0), ("a", 45.0)]
+    assert calls_per_window(sends, 20.0) == {"a": (2, 0, 1), "b": (0, 1, 0)}
+    assert calls_per_window([], 20.0) == {}
+
+
+def test_a_direct_run_shows_its_calls_per_window_against_the_references() -> None:
+    """Each cell is the run's calls (the reference's), a model the reference did not use
+    and windows the run went past included; the last row totals each window."""
+    run = {"a": [2, 1, 0, 1], "c": [0, 0, 0, 5]}
+    reference = {"a": (2, 0, 1), "b": (0, 1, 0)}
+    head, rule, a, b, c, total = windows_table(run, reference).splitlines()
+    assert head == "| model | window 1 | window 2 | window 3 | window 4 |"
+    assert rule == "|---|---|---|---|---|"
+    assert a == "| a | 2 (2) | 1 (0) | 0 (1) | 1 (0) |"
+    assert b == "| b | 0 (0) | 0 (1) | 0 (0) | 0 (0) |"
+    assert c == "| c | 0 (0) | 0 (0) | 0 (0) | 5 (0) |"
+    assert total == "| all | 2 (2) | 1 (1) | 0 (1) | 6 (0) |"
+    record = {"command": "python -m bench.direct --workload W4", "workload": "W4",
+              "time_scale": 3.0, "runs": [{
+                  "makespan_s": 72.0, "calls_per_window": run,
+                  "counts": {"pending": 0, "claimed": 0, "solved": 5100, "dead": 0}}]}
+    rows, _ = direct_runs(record)
+    assert rows[0]["calls_per_window"] == run
