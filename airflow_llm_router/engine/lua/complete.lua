@@ -101,18 +101,15 @@ end
 -- What the provider said with a model's answers: the largest delay, the longest hold,
 -- the last announced limits of the batch and each call's receipt.
 local function provider_said(m, batch)
-  local delay, hold, ann = -1, 0, nil
+  local delay, hold, ann, ids, agos = -1, 0, nil, {}, {}
   for _, it in ipairs(batch) do
     delay, hold = math.max(delay, it[7]), math.max(hold, it[8])
     if it[9] >= 0 or it[10] >= 0 then ann = it end
-  end
-  local receipts = {}
-  for _, it in ipairs(batch) do
     if it[12] >= 0 and it[4] ~= 'abandoned' then
-      receipts[#receipts + 1], receipts[#receipts + 2] = it[1], it[12]
+      ids[#ids + 1], agos[#agos + 1] = it[1], it[12]
     end
   end
-  if delay < 0 and hold <= 0 and not ann and #receipts == 0 then return end
+  if delay < 0 and hold <= 0 and not ann and #ids == 0 then return end
   local q = quota_of(m)
   if not q then return end
   -- below the quota, a learned limit governs and its probes would be skewed by a guard
@@ -124,7 +121,7 @@ local function provider_said(m, batch)
   if ann then eff_announce(m, ann[9], ann[10]) end
   -- calls whose receipt the provider said count from it, not from their send plus the
   -- guard (lib/guard.lua), once the guard has taken in this batch's delays
-  guard_receipts(m, q, receipts)
+  guard_receipts(m, q, ids, agos)
 end
 
 local released, rids = {}, {}

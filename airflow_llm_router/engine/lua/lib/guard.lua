@@ -57,12 +57,12 @@ function guard_of(q, g, t, at)
                   math.floor(base + (g - base) / 2 ^ halvings + 0.5))
 end
 
--- Model m's guard in force at `at` (default: now) and when it was last widened (nil:
--- never), read from Redis (for scripts that did not load the model's state).
-function guard_read(m, q, at)
+-- Model m's guard in force now and when it was last widened (nil: never), read from Redis
+-- (for scripts that did not load the model's state).
+function guard_read(m, q)
   local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t')
   local t = tonumber(h[2])
-  return guard_of(q, tonumber(h[1]), t, at), t
+  return guard_of(q, tonumber(h[1]), t), t
 end
 
 -- Raise model m's guard from `cur` to `ms` (at most the cap); returns true when it grew.
@@ -94,8 +94,8 @@ function guard_widen(m, q, admitted)
   return guard_raise(m, q, cur, 2 * cur)
 end
 
--- Window entries of model m (quota q) whose backend said when it counted the call:
--- `receipts` = {lease id, ms ago, ...} (ago by the caller's clock when it built the
+-- Window entries of model m (quota q) whose backend said when it counted the call: the
+-- leases `ids` and, for each, `agos` = ms ago (by the caller's clock when it built the
 -- settlement; the script runs later, so NOW - ago is no earlier than the receipt). Each
 -- entry moves earlier (never later) so that it counts until its receipt (never before
 -- what it counted from) + the window + RECEIPT_MARGIN. An entry's end is its score + the
@@ -103,13 +103,12 @@ end
 -- force until then: the guard at that end (it only shrinks without a widening, and a
 -- widening only keeps the entry longer).
 -- Returns how many entries moved (counted in the model's 'receipts').
-function guard_receipts(m, q, receipts)
-  if #receipts == 0 then return 0 end
-  local refused = tonumber(redis.call('HGET', K_HEALTH, m .. '|guard_429_t'))
+function guard_receipts(m, q, ids, agos)
+  if #ids == 0 then return 0 end
+  local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t', m .. '|guard_429_t')
+  local refused = tonumber(h[3])
   if refused and NOW - refused < GUARD_DECAY * q.win then return 0 end
-  local least = guard_read(m, q, NOW + q.win + RECEIPT_MARGIN)
-  local ids = {}
-  for k = 1, #receipts, 2 do ids[#ids + 1] = receipts[k] end
+  local least = guard_of(q, tonumber(h[1]), tonumber(h[2]), NOW + q.win + RECEIPT_MARGIN)
   local froms = redis.call('ZMSCORE', K_WIN(m), unpack(ids))
   local args = {}
   for k, lid in ipairs(ids) do
@@ -117,7 +116,7 @@ function guard_receipts(m, q, receipts)
     if from then
       -- never before the send (or admission) it counts from now: a receipt before it is
       -- a backend clock behind ours
-      args[#args + 1] = int(math.max(from, NOW - receipts[2 * k]) + RECEIPT_MARGIN - least)
+      args[#args + 1] = int(math.max(from, NOW - agos[k]) + RECEIPT_MARGIN - least)
       args[#args + 1] = lid
     end
   end
