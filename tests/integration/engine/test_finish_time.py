@@ -353,6 +353,39 @@ def test_a_caller_that_hedges_takes_a_slow_model_closer_to_the_backlogs_end(
     assert isinstance(_hedging(patient, True), Wait)
 
 
+def _hedging_trio(router: RouterClient, slow_latency_s: float) -> None:
+    """fast (likely 1.75 s) is full for its 100 s window; mid (mean 1 s: likely 3.5 s,
+    late at 1.5 s) has its one slot taken, free in about a second; slow has room."""
+    router.set_quota("fast", {**ROOMY, "rpm": 1, "window_s": 100,
+                              "expected_latency_s": 0.5})
+    router.set_quota("mid", {**ROOMY, "max_concurrency": 1, "expected_latency_s": 1.0})
+    router.set_quota("slow", {**ROOMY, "expected_latency_s": slow_latency_s})
+    assert _model(router, models=["fast"]) == "fast"
+    assert _model(router, models=["mid"]) == "mid"
+
+
+def test_models_twice_as_slow_are_not_equally_fast_for_a_caller_that_hedges(
+    patient: RouterClient,
+) -> None:
+    """Hedged, mid and slow (mean 2 s) look within 1.5 x of each other (3.25 and 4.75 s:
+    each late point plus fast's 1.75 s); alone, slow is twice as slow (7 s against 3.5 s).
+    Groups are made from the latencies alone: the request waits for mid, which likely
+    ends it in 1 + 3.25 s, rather than take slow with room as an equally fast model."""
+    _hedging_trio(patient, 2.0)
+    got = _hedging(patient, True)
+    assert isinstance(got, Wait) and got.reason == "concurrency", got
+
+
+def test_models_within_the_tier_alone_share_the_work_of_a_caller_that_hedges(
+    patient: RouterClient,
+) -> None:
+    """slow at a mean of 1.4 s (likely 4.9 s alone, within 1.5 x of mid's 3.5 s) is as
+    fast as mid: with room, it takes the request while mid is busy."""
+    _hedging_trio(patient, 1.4)
+    got = _hedging(patient, True)
+    assert isinstance(got, Admission) and got.model == "slow", got
+
+
 def test_a_bad_hedging_flag_is_refused_naming_the_field(router: RouterClient) -> None:
     with pytest.raises(ValueError, match=r"^hedges_late: 1 is not True or False"):
         router.admit_many([AdmitRequest(estimated_tokens=1, hedges_late=1)])  # type: ignore[arg-type]

@@ -162,7 +162,15 @@ end
 
 -- Models whose likely latencies are within FINISH_TIER of the fastest of a group count as
 -- equally fast (learned latencies differ by noise, and by the callers' own delays): among
--- them the weighted fair share decides, as it does without latencies.
+-- them the weighted fair share decides, as it does without latencies. The groups are made
+-- from each model's own likely latency, also for a caller that hedges: a hedged latency
+-- (below) adds the same fast call to every slow model's late point, which brings models
+-- twice as slow as each other within FINISH_TIER (W4's chat-small and chat-medium: about
+-- 4.7 and 7.1 s hedged, 5.8 and 11.4 s alone). Counted equally fast, the slower one took
+-- the last prompts of a backlog while the faster freed within a second, and its calls,
+-- about twice as long, ended the run (measured on W4 without Airflow, docs/benchmarks.md,
+-- "Equally fast by a model's own latency"). The hedged latencies still order the
+-- candidates and say when a group is passed.
 local FINISH_TIER = 1.5
 
 -- A caller that hedges late calls (the request's `hedge`: solver/hedging.py) sends a
@@ -205,6 +213,7 @@ local function finish_tiers(names, hedge)
       if not l then order = nil break end
       lat[m], mean[m], order[k] = l, u, m
     end
+    local alone = lat  -- each model's own likely latency: what the groups are made of
     if order and hedge then lat = hedged_latency(lat, order) end
     if order then
       table.sort(order, function(a, b)
@@ -213,7 +222,7 @@ local function finish_tiers(names, hedge)
       end)
       local group, lead = {}, nil
       for _, m in ipairs(order) do
-        if not lead or lat[m] > FINISH_TIER * lat[lead] then lead = m end
+        if not lead or alone[m] > FINISH_TIER * alone[lead] then lead = m end
         group[m] = lat[lead]
       end
       t = {lat = lat, mean = mean, group = group}
