@@ -3,6 +3,8 @@ once per model; decisions later in a batch must see the admissions made earlier 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.core import Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
@@ -10,14 +12,21 @@ from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
 BIG = {"rpm": 10**6, "tpm": 10**9, "max_concurrency": 10**5}
 
 
-def test_waits_in_a_batch_count_its_own_admissions(router: RouterClient) -> None:
+def test_waits_in_a_batch_count_its_own_admissions(
+    make_router: Callable[..., RouterClient],
+) -> None:
+    # without jitter, so the wait is the engine's own: a wait stretched by up to a tenth of
+    # window + guard (11,110 ms here) once failed a bound that had left the guard out
+    router = make_router(jitter=0)
     router.set_quota("a", {"rpm": 3, "tpm": 10**6, "max_concurrency": 100, "window_s": 10})
     decisions = router.admit_many([AdmitRequest(10) for _ in range(4)])
     assert [type(d) for d in decisions] == [Admission] * 3 + [Wait]
     wait = decisions[3]
     assert isinstance(wait, Wait) and wait.reason == "rpm"
-    # the wait is until this batch's first admission leaves the window, not a blind maximum
-    assert 9_000 < wait.retry_after_ms <= 11_100
+    # the wait is until this batch's first admission leaves the window (admitted in the
+    # same script call, at the same instant): the window plus the model's guard, the
+    # larger of guard_ms (50) and guard_share (1 %) of the window; not a blind maximum
+    assert wait.retry_after_ms == 10_000 + max(50, 10_000 // 100)
 
 
 def test_concurrency_wait_in_a_batch_is_the_earliest_lease_expiry(router: RouterClient) -> None:
