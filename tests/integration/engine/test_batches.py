@@ -24,9 +24,9 @@ def test_waits_in_a_batch_count_its_own_admissions(
     wait = decisions[3]
     assert isinstance(wait, Wait) and wait.reason == "rpm"
     # the wait is until this batch's first admission leaves the window (admitted in the
-    # same script call, at the same instant): the window plus the model's guard, the
-    # larger of guard_ms (50) and guard_share (1 %) of the window; not a blind maximum
-    assert wait.retry_after_ms == 10_000 + max(50, 10_000 // 100)
+    # same script call, at the same instant): the window plus the model's guard; not a
+    # blind maximum
+    assert wait.retry_after_ms == 10_000 + router.stats().models["a"].guard_ms
 
 
 def test_concurrency_wait_in_a_batch_is_the_earliest_lease_expiry(router: RouterClient) -> None:
