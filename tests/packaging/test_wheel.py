@@ -43,6 +43,13 @@ def test_the_wheel_carries_the_lua_scripts_and_the_plugin_page(wheel_files: list
     assert any(f.endswith("entry_points.txt") for f in wheel_files)
 
 
+def test_the_wheel_says_it_is_typed_and_carries_its_license(wheel_files: list[str]) -> None:
+    """Type checkers read the provider's hints only with ``py.typed`` (PEP 561); the
+    Apache-2.0 licence the metadata declares travels with the code."""
+    assert "airflow_llm_router/py.typed" in wheel_files
+    assert any(f.endswith(".dist-info/licenses/LICENSE") for f in wheel_files)
+
+
 def _imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
