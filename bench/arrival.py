@@ -14,7 +14,7 @@ enqueue -> first admission with no Airflow step in between.
 
 Each trial waits for the previous run to end and the system to be idle again.
 
-    python bench/arrival.py                  # 5 trials; writes its section of docs/benchmarks.md
+    python bench/arrival.py          # 5 trials; writes its section of bench/out/benchmarks.md
     python bench/arrival.py --trials 2 --no-write
 """
 
@@ -43,7 +43,7 @@ from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.store.watch import APPLICATION_NAME  # noqa: E402
-from bench.common import drop_namespace, interruptible, publish  # noqa: E402
+from bench.common import BENCHMARKS_MD, drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
 from llm_router_devkit.simulator.profile import ModelProfile  # noqa: E402
 from llm_router_devkit.stack import AirflowStack, PgServer, wait_for  # noqa: E402
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--postgres-dsn", default="host=127.0.0.1 port=5432 dbname=test user=postgres")
     p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--keep-home", type=Path, help="keep AIRFLOW_HOME (logs) here")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--out", type=Path, default=BENCHMARKS_MD)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

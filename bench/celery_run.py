@@ -47,7 +47,7 @@ Reported: makespan (first call at the backend -> last answer in the store, as
 ``bench/e2e``), trigger -> last answer, backend calls, 429s, tasks per triggerer job (the
 ``trigger`` table, polled), Celery tasks per worker (the result backend, with
 ``result_extended``), Airflow task tries, and CPU per component for the steady run.
-Results: ``bench/results/<stamp>-celery/``.
+Results: ``bench/out/<stamp>-celery/``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from psycopg import sql
 from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from bench.common import results_dir
+from bench.common import OUT_DIR, results_dir
 from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
 from bench.triggerers import TriggerSpread, _store_times, _watch, cpu_snapshot, triggerer_jobs
@@ -493,7 +493,7 @@ def _parser() -> argparse.ArgumentParser:
                                                           CELERY_BROKER_URL))
     p.add_argument("--postgres-dsn", default=os.environ.get(
         "LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out", type=Path, default=OUT_DIR)
     p.add_argument("--log-level", default="WARNING", help="the components' logging level")
     p.add_argument("--keep-home", action="store_true",
                    help="keep each stack's Airflow home (its components' logs)")

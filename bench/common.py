@@ -1,5 +1,5 @@
-"""What the benchmarks share: their options, results folders, sections of
-``docs/benchmarks.md`` and clean-up."""
+"""What the benchmarks share: their options, output folders (under ``bench/out/``, which
+git ignores), report sections and clean-up."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BENCHMARKS_MD",
     "DEFAULT_DSN",
+    "OUT_DIR",
     "add_run_options",
     "drain_once",
     "drop_namespace",
@@ -39,8 +40,12 @@ __all__ = [
     "write_section",
 ]
 
-#: The document each benchmark rewrites its own section of (``--write``).
-BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+#: Where a benchmark writes what it measured unless told otherwise: ignored by git, since
+#: raw runs are not kept; a figure the docs quote is kept in ``bench/baselines/``.
+OUT_DIR = Path(__file__).resolve().parents[1] / "bench" / "out"
+#: The report each benchmark rewrites its own section of (``--write``): a lab notebook under
+#: :data:`OUT_DIR`, not ``docs/benchmarks.md``, whose figures come from the baselines.
+BENCHMARKS_MD = OUT_DIR / "benchmarks.md"
 #: A PostgreSQL a benchmark may create and drop its own schema in.
 DEFAULT_DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -49,15 +54,15 @@ def add_run_options(parser: argparse.ArgumentParser, *, heading: str,
                     time_scale: float | None = None) -> None:
     """The options every simulator benchmark takes: ``--time-scale`` (when given a
     default), ``--seed``, ``--postgres-dsn``, ``--write`` (its ``heading`` section of
-    docs/benchmarks.md) and ``--out`` (the JSON results)."""
+    :data:`BENCHMARKS_MD`) and ``--out`` (the JSON results)."""
     if time_scale is not None:
         parser.add_argument("--time-scale", type=float, default=time_scale,
                             help="simulator speed-up (the 60 s window lasts 60/scale s)")
     parser.add_argument("--seed", type=int, default=1, help="the simulator's seed")
     parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
                         help="a PostgreSQL the benchmark may create and drop a schema in")
-    parser.add_argument("--write", action="store_true",
-                        help=f"rewrite the section '{heading[3:]}' of {BENCHMARKS_MD.name}")
+    parser.add_argument("--write", action="store_true", help=f"rewrite the section "
+                        f"'{heading[3:]}' of bench/out/{BENCHMARKS_MD.name}")
     parser.add_argument("--out", type=Path, help="also write the JSON results here")
 
 

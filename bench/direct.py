@@ -36,7 +36,7 @@ window, as ``bench.e2e --warm`` does, to measure the routing apart from that sta
 versions can be interleaved run by run on the same machine: the spread between runs is the
 larger effect on a shared machine (its benchmark helpers too: a checkout from before
 ``bench/direct_events.py`` cannot be run so). The workload's events fire from a process of
-their own (``bench/direct_events.py``). Results: ``bench/results/<UTC time>-direct/runs.json``,
+their own (``bench/direct_events.py``). Results: ``bench/out/<UTC time>-direct/runs.json``,
 which ``python -m bench.e2e.yardstick`` measures against each run's own yardstick.
 
     python -m bench.direct --workload W1 --runs 4
@@ -64,10 +64,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # after PYTHONPATH: a --root run's checkout comes first
     sys.path.append(str(ROOT))
 
-from bench.common import DEFAULT_DSN, drain_once, guarded, private_services, results_dir  # noqa: E402
+from bench.common import (  # noqa: E402
+    DEFAULT_DSN,
+    OUT_DIR,
+    drain_once,
+    guarded,
+    private_services,
+    results_dir,
+)
 from bench.direct_events import EventsSpec, WorkloadEvents  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
+RESULTS = OUT_DIR
 #: Bucket of the backend's timeline used to find the first call (s).
 FIRST_CALL_BUCKET_S = 0.05
 #: How many of the last answers a run reports (``ending``).

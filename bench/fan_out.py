@@ -13,7 +13,7 @@ prompts. The bound is the demo's (``llm_router_devkit.demo.fluid_bound``): per m
 ``R_m = min(rpm / W, tpm / (W * t), max_concurrency / L)`` with the mean tokens and latency of
 these prompts on that model, every prompt allowed on every model, plus one call's latency.
 
-    python bench/fan_out.py               # writes its section of docs/benchmarks.md
+    python bench/fan_out.py               # writes its section of bench/out/benchmarks.md
     python bench/fan_out.py --quick --no-write
 
 Longer than most modules: a self-contained benchmark script (set-up, the runs, the table);
@@ -48,7 +48,7 @@ from airflow_llm_router.engine.client import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.triggers.solve import DrainTrigger  # noqa: E402
-from bench.common import drop_namespace, interruptible, publish  # noqa: E402
+from bench.common import BENCHMARKS_MD, drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound  # noqa: E402
 from llm_router_devkit.demo.router_quotas import router_quotas  # noqa: E402
 from llm_router_devkit.demo.seed import make_backlog  # noqa: E402
@@ -209,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--postgres-url", dest="postgres_dsn",
                    default="postgresql://postgres@127.0.0.1:5432/test")
     p.add_argument("--quick", action="store_true", help="1,000 prompts")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--out", type=Path, default=BENCHMARKS_MD)
     p.add_argument("--no-write", action="store_true", help="print only")
     return p
 

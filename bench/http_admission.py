@@ -2,7 +2,7 @@
 on demand, not in CI.
 
     python -m bench.http_admission           # ~1 minute
-    python -m bench.http_admission --write   # and rewrite its section of docs/benchmarks.md
+    python -m bench.http_admission --write   # and rewrite its section of bench/out/benchmarks.md
 
 Parts, each real and each in its own process but the drain: the standalone HTTP API
 (``python -m airflow_llm_router.api``, bearer token and connections from ``AIRFLOW_CONN_*``),

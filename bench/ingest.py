@@ -1,7 +1,7 @@
 """Task ingestion over HTTP beside a running drain; on demand, not in CI.
 
     python -m bench.ingest                 # four runs, ~4 minutes
-    python -m bench.ingest --write         # and rewrite its section of docs/benchmarks.md
+    python -m bench.ingest --write         # and rewrite its section of bench/out/benchmarks.md
 
 Parts, each real: the standalone HTTP API (``python -m airflow_llm_router.api``, its own
 process, bearer token and connections from ``AIRFLOW_CONN_*``), a private ``redis-server``,

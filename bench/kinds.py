@@ -2,7 +2,7 @@
 and long answers drained three ways on a token-bound model; on demand, not in CI.
 
     python -m bench.kinds                  # 400 prompts, each mode once (~1.5 minutes)
-    python -m bench.kinds --write          # and rewrite its section of docs/benchmarks.md
+    python -m bench.kinds --write          # and rewrite its section of bench/out/benchmarks.md
 
 The backlog: half ``summary:`` prompts (the simulator writes ~40 tokens), half ``essay:``
 prompts (~800 tokens, up to ``--cap``), enqueued with their kind. One model whose tokens

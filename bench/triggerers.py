@@ -28,7 +28,7 @@ CPU seconds per component process tree from ``/proc`` between the trigger and th
 (workers: the scheduler's LocalExecutor children and their task processes), and the whole
 machine's. With all of W1 (``--tasks 2000``), each makespan is set against W1's LP bound and
 reference schedule (``bench/e2e/yardstick.py``, ~1-2 min to compute; ``--no-yardstick``).
-Results: ``bench/results/<stamp>-triggerers/``.
+Results: ``bench/out/<stamp>-triggerers/``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import psycopg
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from bench.common import results_dir
+from bench.common import OUT_DIR, results_dir
 from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
@@ -381,7 +381,7 @@ def _parser() -> argparse.ArgumentParser:
                                                          "redis://127.0.0.1:6379/0"))
     p.add_argument("--postgres-dsn", default=os.environ.get(
         "LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out", type=Path, default=OUT_DIR)
     return p
 
 

@@ -16,7 +16,7 @@ from bench.admission.model import BATCH, SECTION, Cell, Result, pct
 from bench.admission.monitor import QUIET, machine_facts
 from bench.admission.ops import breakdown, profile_client
 from bench.admission.report import find, progress, render
-from bench.common import interruptible, write_section
+from bench.common import BENCHMARKS_MD, interruptible, write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--quick", action="store_true", help="~1 s per cell")
     p.add_argument("--duration", type=float, help="measured seconds per cell (default 3)")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
+    p.add_argument("--out", type=Path, default=BENCHMARKS_MD,
                    help="Markdown file to write the section into")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--json", type=Path, help="also dump raw figures here")

@@ -1,9 +1,9 @@
 """``python -m bench.e2e``: the as-is design against the router and the capacity bound.
 
 Runs each workload through each design on its own fresh stack (see ``bench/e2e/services.py``),
-one after another, saves each run's raw record under ``bench/results/<stamp>/``, then
+one after another, saves each run's raw record under ``bench/out/<stamp>/``, then
 analyses them: ``metrics.json``, a traffic plot per run, a summary, and (with ``--docs``)
-the benchmark's own section of ``docs/benchmarks.md`` and ``docs/bottlenecks.md``.
+the benchmark's own section of ``bench/out/benchmarks.md`` and ``docs/bottlenecks.md``.
 ``--analyse DIR`` re-analyses saved runs without running anything.
 """
 
@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.common import OUT_DIR
 from bench.e2e.run import DESIGNS, RunOptions, run_one
 from bench.e2e.workloads import WORKLOADS, build
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
@@ -47,9 +48,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                                          "redis://127.0.0.1:6379/0"))
     p.add_argument("--postgres-dsn", default=os.environ.get(
         "LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out", type=Path, default=OUT_DIR)
     p.add_argument("--docs", action="store_true",
-                   help="rewrite this benchmark's section of docs/benchmarks.md, "
+                   help="rewrite this benchmark's section of bench/out/benchmarks.md, "
                         "docs/bottlenecks.md and the plots in docs/img/")
     p.add_argument("--analyse", type=Path, metavar="DIR",
                    help="only analyse the raw runs saved in DIR")

@@ -1,4 +1,4 @@
-"""The benchmark's tables: on the terminal, in its own section of ``docs/benchmarks.md`` and
+"""The benchmark's tables: on the terminal, in its own section of ``bench/out/benchmarks.md`` and
 in the generated part of ``docs/bottlenecks.md``.
 
 Only the text between this benchmark's markers is rewritten; other sections of those files
@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from bench.common import BENCHMARKS_MD
 
 __all__ = ["replace_section", "summary_table", "write_docs"]
 
@@ -221,9 +223,9 @@ def benchmarks_section(results: list[Mapping[str, Any]], images: Mapping[str, Pa
         "(all workloads and designs, "
         "about 45 minutes; `--workloads`, `--designs`, `--time-scale`, "
         "`--as-is-deadline-min`, `--docs`: see `--help`).",
-        f"- Command: `{command}` (raw records in `bench/results/{out.name}/`; this section, "
+        f"- Command: `{command}` (raw records in `{out}/`; this section, "
         f"`docs/bottlenecks.md`'s tables and the plots: `python -m bench.e2e --analyse "
-        f"bench/results/{out.name} --docs`), run "
+        f"{out} --docs`), run "
         f"{_run_date(out)}, at commit(s) {commits} (the runs follow each other; other "
         "engineers committed meanwhile)"
         + (f" with uncommitted changes in the working tree ({changed})" if changed else "")
@@ -321,7 +323,7 @@ def bottlenecks_section(results: list[Mapping[str, Any]], workload: str = "W1") 
                   _pct(r["fan_out"]["models"][m]["offered_share"]),
                   _pct(r["fan_out"]["models"][m]["utilisation"])] for m in models]
     return "\n".join([
-        f"{workload}, same runs as the table in [benchmarks.md](benchmarks.md).",
+        f"{workload}, the runs of `python -m bench.e2e` (its report: `bench/out/benchmarks.md`).",
         "",
         _markdown(["measure", "as-is", "router"], rows),
         "",
@@ -335,10 +337,14 @@ def bottlenecks_section(results: list[Mapping[str, Any]], workload: str = "W1") 
 
 
 def write_docs(results: list[Mapping[str, Any]], images: Mapping[str, Path], out: Path) -> None:
-    """Rewrite this benchmark's sections; re-reads each file right before writing it."""
-    bench = ROOT / "docs" / "benchmarks.md"
+    """Rewrite this benchmark's sections (its report in ``bench/out/benchmarks.md``, which
+    git ignores, and the generated part of ``docs/bottlenecks.md``); re-reads each file
+    right before writing it."""
+    bench = BENCHMARKS_MD
+    bench.parent.mkdir(parents=True, exist_ok=True)
     bench.write_text(replace_section(
-        bench.read_text(), benchmarks_section(results, images, out),
+        bench.read_text() if bench.exists() else "# Benchmarks\n",
+        benchmarks_section(results, images, out),
         "## End to end: the as-is design, the router and the capacity bound"))
     bottle = ROOT / "docs" / "bottlenecks.md"
     text = bottle.read_text() if bottle.exists() else "# Bottlenecks of the as-is design\n"

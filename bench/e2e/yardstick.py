@@ -2,7 +2,7 @@
 reference schedule and the reference with costs unknown (``llm_router_devkit.yardstick``),
 and each recorded run against them.
 
-    python -m bench.e2e.yardstick bench/results/<stamp>     # the runs of that directory
+    python -m bench.e2e.yardstick bench/out/<stamp>     # the runs of that directory
 
 (a directory of ``python -m bench.e2e`` or of ``python -m bench.direct``: the routing
 without Airflow, each run measured against the yardstick of its own quota change's time)
@@ -270,7 +270,7 @@ def direct_runs(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Timi
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.e2e.yardstick", description=__doc__)
     p.add_argument("results", type=Path,
-                   help="a bench/results/<stamp> directory (of bench.e2e or bench.direct)")
+                   help="a bench/out/<stamp> directory (of bench.e2e or bench.direct)")
     p.add_argument("--seed", type=int, default=1, help="the runs' seed (default 1)")
     args = p.parse_args(argv)
     metrics = args.results / "metrics.json"
