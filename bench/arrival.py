@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-home", type=Path, help="keep AIRFLOW_HOME (logs) here")
     p.add_argument("--out", type=Path, default=BENCHMARKS_MD)
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--baseline", action="store_true",
+                   help="record the trials as the baselines arrival-cold and arrival-warm "
+                        "(bench/baselines/), the figures of docs/benchmarks.md's targets table")
     args = p.parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     suffix = uuid.uuid4().hex[:8]
@@ -307,7 +310,23 @@ def main(argv: list[str] | None = None) -> int:
         warm = warm_trials(stack, store, router, pg, store_db, args) if args.warm_trials else []
     text = report(args, results, warm, setup, started)
     publish(text, SECTION, args.out, write=not args.no_write)
+    if args.baseline:
+        record_baselines(args, results, warm)
     return 0
+
+
+def record_baselines(args: argparse.Namespace, trials: list[dict[str, float]],
+                     warm: list[float]) -> None:
+    """Write the cold trials' (and the warm arrivals') first admissions as baselines."""
+    from bench.baselines import record
+
+    words = ["python", "bench/arrival.py", "--trials", str(args.trials), "--warm-trials",
+             str(args.warm_trials), "--no-write"]
+    command = " ".join(words)
+    if trials:
+        print(f"wrote {record('arrival-cold', [t['first admission'] for t in trials], command)}")
+    if warm:
+        print(f"wrote {record('arrival-warm', warm, command)}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ import asyncio
 import json
 import math
 import os
+import shlex
 import signal
 import statistics
 import subprocess
@@ -102,7 +103,46 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--root", type=Path,
                    help="a checkout whose provider to run (default: this one)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="each run's limit")
+    p.add_argument("--baseline", action="store_true",
+                   help="record the runs as the workload's baseline (bench/baselines/"
+                        "<workload>.json), the figure of docs/benchmarks.md's targets table "
+                        "(then: python -m bench.targets --write)")
     return p
+
+
+#: The options that change what a baseline measures: a refresh keeps its baseline's.
+BASELINE_OPTIONS = ("workload", "drains", "in_flight", "claim_batch", "no_hedge", "warm",
+                    "time_scale", "seed")
+
+
+def baseline_mismatch(args: argparse.Namespace) -> str | None:
+    """Why these runs cannot refresh the workload's baseline (None: they can): its
+    reference holds for the options it was measured with."""
+    from bench.baselines import DIR, load
+
+    path = DIR / f"{args.workload.lower()}.json"
+    if not path.is_file():
+        return f"no baseline {path} for {args.workload}"
+    old = load(path)
+    theirs = _parser().parse_args(shlex.split(old.command)[3:])  # after python -m bench.direct
+    differ = [f"--{k.replace('_', '-')}" for k in BASELINE_OPTIONS
+              if getattr(theirs, k) != getattr(args, k)]
+    if differ:
+        return (f"{path} was measured with `{old.command}`; run with its "
+                f"{', '.join(differ)} or without --baseline")
+    return None
+
+
+def record_baseline(args: argparse.Namespace, runs: list[dict[str, Any]], command: str) -> Path:
+    """Write the runs' makespans and 429s as the workload's baseline."""
+    from bench.baselines import Check, record
+
+    n = len(runs)
+    no_429 = Check("429s", max(r["rejected_429"] for r in runs), "<=", 0,
+                   f"in {n} run{'s' if n > 1 else ''}")
+    words = [w for w in shlex.split(command) if w != "--baseline"]
+    return record(args.workload.lower(), [r["makespan_s"] for r in runs], shlex.join(words),
+                  also=[no_429], root=args.root)
 
 
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -274,17 +314,27 @@ def _child(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     raise RuntimeError(f"the run on {args.root} failed: {tail}")
 
 
+def _invalid(args: argparse.Namespace, child: bool) -> str | None:
+    """What is wrong with the options (None: nothing), as the ``error:`` line says it."""
+    if args.runs < 1 or args.drains < 1 or args.in_flight < 1 or args.claim_batch < 1:
+        return "--runs, --drains, --in-flight and --claim-batch must be at least 1"
+    if args.root and not (args.root / "airflow_llm_router" / "__init__.py").is_file():
+        return (f"--root {args.root}: not a checkout of this project (no "
+                "airflow_llm_router/ in it)")
+    try:
+        mismatch = baseline_mismatch(args) if args.baseline and not child else None
+    except ValueError as err:
+        mismatch = str(err)
+    return f"--baseline: {mismatch}" if mismatch else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     child = "--child" in argv
     args = _parser().parse_args([a for a in argv if a != "--child"])
-    if args.runs < 1 or args.drains < 1 or args.in_flight < 1 or args.claim_batch < 1:
-        print("error: --runs, --drains, --in-flight and --claim-batch must be at least 1",
-              file=sys.stderr)
-        return 2
-    if args.root and not (args.root / "airflow_llm_router" / "__init__.py").is_file():
-        print(f"error: --root {args.root}: not a checkout of this project (no "
-              "airflow_llm_router/ in it)", file=sys.stderr)
+    problem = _invalid(args, child)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
 
     def body() -> int:
@@ -324,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
              "workload": args.workload, "time_scale": args.time_scale, "seed": args.seed,
              "runs": runs}, indent=1))
         print(f"wrote {out / 'runs.json'}")
+        if args.baseline:
+            print(f"wrote {record_baseline(args, runs, command)}; python -m bench.targets "
+                  "--write puts it in docs/benchmarks.md")
         return 0
 
     return guarded(body)
