@@ -75,7 +75,7 @@ class BackendHttp:
 
     aiohttp, not httpx: the client's CPU per call bounds how fast a triggerer sends a
     window's calls, and aiohttp's costs a quarter of httpx's (measured with
-    ``bench/solver_cpu.py``; docs/benchmarks.md, "The solver's CPU per call"). Create it
+    ``bench/solver_cpu.py``; docs/solving.md, "Call"). Create it
     inside the event loop that uses it.
 
     The environment's proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``) and a
@@ -83,7 +83,7 @@ class BackendHttp:
     read them. Not per call: aiohttp's ``trust_env`` reads them for each request in the
     loop's thread pool (two hops a call, each parsing ``.netrc``), and a burst of 450 calls
     then left the process about 0.5 s after the solver made them (``bench.direct``, one
-    drain of 1,400 in flight; docs/benchmarks.md, "A burst's calls sent at once").
+    drain of 1,400 in flight).
     """
 
     def __init__(self, config: BackendConfig, max_connections: int) -> None:

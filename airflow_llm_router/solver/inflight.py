@@ -3,8 +3,8 @@
 ``asyncio.wait(active, return_when=FIRST_COMPLETED)`` adds a callback to every task in flight
 and takes it off again each time it returns, so a drain with n prompts in flight paid O(n)
 for each answer: with 1,400 in flight (a lead solver sending a whole first burst alone),
-about 2 s of the 14.5 s of CPU the drain took on W1 (bench.direct, docs/benchmarks.md, "A
-burst's calls sent at once"). Here each task reports itself once, when it ends.
+about 2 s of the 14.5 s of CPU the drain took on W1 (``python -m bench.direct``). Here each
+task reports itself once, when it ends.
 """
 
 from __future__ import annotations

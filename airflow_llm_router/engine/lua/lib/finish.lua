@@ -50,7 +50,7 @@ end
 -- fast call (hedged_latency below), so an earlier late point keeps the slow models taking
 -- work later into a backlog; measured on W4 without Airflow, 72.8, 76.1, 75.1 s against
 -- 76.7, 77.0, 76.9 s interleaved, W3 and W1 unchanged, at about twice the hedged calls
--- (docs/benchmarks.md, "Late point at one deviation").
+-- (python -m bench.direct; docs/engine.md, "Finish-time choice").
 local HEDGE_SPREAD = 1
 -- A model's late point (ms), or nil when nothing is known of its latency.
 local function late_point(view)
@@ -168,8 +168,8 @@ end
 -- twice as slow as each other within FINISH_TIER (W4's chat-small and chat-medium: about
 -- 4.7 and 7.1 s hedged, 5.8 and 11.4 s alone). Counted equally fast, the slower one took
 -- the last prompts of a backlog while the faster freed within a second, and its calls,
--- about twice as long, ended the run (measured on W4 without Airflow, docs/benchmarks.md,
--- "Equally fast by a model's own latency"). The hedged latencies still order the
+-- about twice as long, ended the run (measured on W4 without Airflow, python -m
+-- bench.direct; docs/engine.md, "Finish-time choice"). The hedged latencies still order the
 -- candidates and say when a group is passed.
 local FINISH_TIER = 1.5
 
