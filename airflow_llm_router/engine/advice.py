@@ -12,8 +12,8 @@ Per model m with window W (s), quota rpm/tpm, tokens per call t and latency L (s
   binds (``binding = "concurrency"``) and ``sustainable_rate_per_s = max_concurrency / L``.
 - ``needed_in_flight = min(max_concurrency, rate_per_s * W * max(1, L / W))``: calls that
   must be in flight to send a window's whole quota at once. The sliding window admits its
-  quota the moment it opens, and the engine does not smooth it out (DESIGN.md: use the
-  window's structure); a model whose calls take less than the window (L < W) then has all
+  quota the moment it opens, and the engine does not smooth it out (a window's quota is
+  there to be used at once); a model whose calls take less than the window (L < W) then has all
   of a window's calls in flight together, far more than the steady ``rate_per_s * L``, and
   with fewer slots the burst trickles out and the next window opens that much later. From
   ``L >= W`` on it is Little's law again, so ``needed_in_flight >= steady_in_flight``.

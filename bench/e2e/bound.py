@@ -1,7 +1,7 @@
 """The capacity lower bound on makespan, for workloads whose capacity changes mid-run or
 whose tasks arrive over time.
 
-It extends ``llm_router_devkit.demo.fluid_bound`` (DESIGN.md "How we measure"): each model m
+It extends ``llm_router_devkit.demo.fluid_bound`` (docs/benchmarks.md): each model m
 sustains ``R_m = min(rpm/W, tpm/(W*t), max_concurrency/L)`` calls per second, t and L the
 mean tokens and latency of the workload's prompts on m (the simulator's own draws). All work
 can be done by T, in the fluid limit, iff for every set S of task groups (tasks with the same

@@ -1,4 +1,4 @@
-"""The capacity bound of DESIGN.md "How we measure", for a given workload and profile.
+"""The capacity bound (docs/benchmarks.md, "The yardstick"), for a given workload and profile.
 
 For model m with window W, mean tokens per call t and mean latency L, the sustainable call
 rate is ``R_m = min(rpm_m / W, tpm_m / (W * t), max_concurrency_m / L)`` (an unlimited

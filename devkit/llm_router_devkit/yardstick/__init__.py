@@ -1,4 +1,4 @@
-"""The yardstick a drain is measured against (DESIGN.md, "How we measure").
+"""The yardstick a drain is measured against (docs/benchmarks.md, "The yardstick").
 
 Two numbers bracket the best possible makespan of a workload under the quotas, and a third
 says how much of it is reachable without knowing each call's cost in advance:
