@@ -28,10 +28,11 @@ asked, and prints per run:
 - the CPU the run took in the private Redis (the engine's scripts; its process, read as
   ``bench.admission`` reads it) and in the drains' process (``cpu_s``).
 
-The router's settings are the benchmarks' (``wait_for_faster``). Each run starts cold (a
-new namespace: the engine knows no model's outputs or latencies, and admits at most 4 calls
-a model until its first answer); ``--warm`` first makes one call per model and waits a
-window, as ``bench.e2e --warm`` does, to measure the routing apart from that start.
+The router runs at a deployment's defaults (no routing setting of its own: a unit test
+holds every benchmark to that). Each run starts cold (a new namespace: the engine knows no
+model's outputs or latencies, and admits at most 4 calls a model until its first
+answer); ``--warm`` first makes one call per model and waits a window, as ``bench.e2e
+--warm`` does, to measure the routing apart from that start.
 ``--root`` runs another checkout's provider (``git worktree add /tmp/base main``), so two
 versions can be interleaved run by run on the same machine: the spread between runs is the
 larger effect on a shared machine (its benchmark helpers too: a checkout from before
@@ -171,8 +172,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         os.environ.update({
             "AIRFLOW_CONN_LLM_ROUTER_DEFAULT": json.dumps(
                 {"conn_type": "llm_router", "host": "127.0.0.1", "port": redis_server.port,
-                 "extra": {"namespace": namespace, "quota_schema": schema,
-                           "wait_for_faster": True}}),
+                 "extra": {"namespace": namespace, "quota_schema": schema}}),
             "AIRFLOW_CONN_POSTGRES_DEFAULT": args.postgres_dsn,
             "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(
                 {"conn_type": "models_backend", "host": sim.url, "extra": {"timeout_s": 300}}),

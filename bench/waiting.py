@@ -14,7 +14,7 @@ The run uses a Redis server of its own (nothing else counts in its ``INFO``). Qu
 roomy on rpm and tpm and bound by concurrency; each model has answered one call (so the
 finish-time choice orders them by learned latency) and is then filled to its
 ``max_concurrency``. The waiters allow any model and leave their output to the engine,
-as a drain's prompts do, with ``wait_for_faster`` on (the benchmarks' setting). Reported:
+as a drain's prompts do, at the router's default settings. Reported:
 milliseconds per round (the client's wall time, and Redis's own time in the scripts from
 ``INFO commandstats``, read as ``bench.admission`` reads it), microseconds of Redis per
 waiter, and the Redis commands the scripts ran per waiter and round, by command.
@@ -62,7 +62,7 @@ def measure(waiters: int, models: int, rounds: int, bound: str = "concurrency"
     admin = redis.Redis.from_url(server.url, decode_responses=True)
     try:
         router = RouterClient.from_url(server.url, RouterSettings(
-            namespace=f"waiting-{uuid.uuid4().hex[:8]}", wait_for_faster=True))
+            namespace=f"waiting-{uuid.uuid4().hex[:8]}"))
         names = [f"model-{k}" for k in range(models)]
         for k, name in enumerate(names):
             limit = 4 + k

@@ -75,7 +75,7 @@ class ScheduleBody(BaseModel):
         "true: you hedge a late call (past late_after_s, with nothing of your backlog left "
         "to schedule, you send the prompt to another model as well and keep the first "
         "answer), so a slow model is judged by when a hedged call on it would end, not by "
-        "its slowest calls (with the router's wait_for_faster)"))
+        "its slowest calls"))
 
     @field_validator("kind")
     @classmethod

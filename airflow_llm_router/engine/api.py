@@ -295,12 +295,11 @@ class RouterAPI:
     @operation
     def report_backlog(self, source: str, tasks: int, ttl_s: float = 5.0) -> Steps[int]:
         """Report ``tasks`` waiting in ``source`` (a task store's queue), not yet claimed,
-        for ``ttl_s`` seconds. Admission then sees the whole
-        backlog, not only the requests waiting in the engine: with ``wait_for_faster``, a
-        slower model takes a request while its call would end before the backlog could
-        drain (docs/engine.md, "Finish-time choice"). Every drain of one source reports
-        under the same name; a report that is not renewed lapses. Returns how many sources
-        report now."""
+        for ``ttl_s`` seconds. Admission then sees the whole backlog, not only the
+        requests waiting in the engine: a slower model takes a request while its call would
+        end before the backlog could drain (docs/engine.md, "Finish-time choice"). Every
+        drain of one source reports under the same name; a report that is not renewed
+        lapses. Returns how many sources report now."""
         return self.core.report_backlog(source, tasks, ttl_s)
 
     @operation

@@ -113,7 +113,6 @@ class RouterCore:
             f"{s.recovery_share:.6f}",
             f"{s.guard_share:.6f}",
             f"{s.hot_share:.6f}",
-            "1" if s.wait_for_faster else "0",
         ])
 
     def script_keys(self, action: Script) -> list[str]:

@@ -76,12 +76,6 @@ class RouterSettings(BaseModel):
     :param breaker_failures: consecutive errors that open a model's circuit breaker.
     :param breaker_open_ms: how long an open breaker refuses calls before a probe.
     :param jitter: waits are stretched by up to this fraction, so waiters don't stampede.
-    :param wait_for_faster: a request that lets the engine choose its model may wait for a
-        faster model that would finish it sooner than a slower allowed model with room now
-        (docs/engine.md, "Finish-time choice"). Off (the default), admission never leaves a
-        request waiting while an allowed model has room (DESIGN's "never idle while work
-        waits"): it tries the faster models first and takes the first with room. On, a
-        backlog's tail is not sent to slow models, at the cost of that promise.
     :param http_hop_ms: the HTTP API's allowance for its callers' hop (``/schedule``'s answer
         travelling back, then the call travelling to the backend): each admission it makes
         counts in its model's window from this long after it was made
@@ -108,7 +102,6 @@ class RouterSettings(BaseModel):
     replicas_to_wait: int = Field(0, ge=0, le=16)
     replica_wait_ms: int = Field(100, gt=0, le=60_000)
     http_hop_ms: int = Field(250, ge=0, le=60_000)
-    wait_for_faster: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,10 +140,10 @@ class AdmitRequest:
     :param hedges_late: the caller hedges a late call: once it runs past
         :attr:`Admission.late_after_s` (and nothing of its backlog is left to admit), it
         sends the prompt to another allowed model as well and keeps the first answer (the
-        drain's solver does, with ``hedge_late_calls``). With ``wait_for_faster``, the
-        engine then judges a slow model by its late point plus a fast model's call, not by
-        its 99th percentile, so slow models take work closer to the backlog's end
-        (docs/engine.md, "Finish-time choice").
+        drain's solver does, with ``hedge_late_calls``). The engine then judges a slow
+        model by its late point plus a fast model's call, not by its 99th percentile, so
+        slow models take work closer to the backlog's end (docs/engine.md, "Finish-time
+        choice").
     """
 
     estimated_tokens: int | None = None

@@ -15,7 +15,6 @@ import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -85,7 +84,7 @@ def start_services(stack: ExitStack, *, profile: SimulatorProfile, redis_url: st
         home=home, dags_folder=DAGS_FOLDER, sql_alchemy_conn=pg.sqlalchemy_url(database),
         parallelism=parallelism,
         connections={
-            "llm_router_default": _waiting_for_faster(router_connection(redis_url, namespace)),
+            "llm_router_default": router_connection(redis_url, namespace),
             "postgres_default": postgres_connection(dsn),
             "models_backend_default": {"conn_type": "models_backend", "host": sim.url,
                                        "extra": {"timeout_s": 300}},
@@ -103,9 +102,3 @@ def start_services(stack: ExitStack, *, profile: SimulatorProfile, redis_url: st
              STARTUP_TIMEOUT_S, 0.5)
     return Services(suffix, profile, sim, router, store, airflow, dsn)
 
-
-def _waiting_for_faster(conn: dict[str, Any]) -> dict[str, Any]:
-    """The router as the benchmarks measure it: a prompt may wait for a faster model
-    (``wait_for_faster``, off by default: docs/engine.md, "Finish-time choice"), which
-    keeps a backlog's tail off the slow models."""
-    return {**conn, "extra": {**conn["extra"], "wait_for_faster": True}}

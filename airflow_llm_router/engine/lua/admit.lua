@@ -85,9 +85,10 @@ end
 
 -- Try the allowed models in fair-share order (or the caller's order) and admit on the
 -- first that has room; where the engine chooses and every candidate's latency is known,
--- in order of likely latency instead (equally fast ones by weight), and, with
--- wait_for_faster, waiting for a faster model that would finish the request sooner than
--- a slower one with room (lib/finish.lua). A model's state is loaded only when it is
+-- in order of likely latency instead (equally fast ones by weight), waiting for a faster
+-- model that would finish the request sooner than a slower one with room (lib/finish.lua):
+-- a model's room is used whenever using it does not make the request, and so the
+-- backlog, finish later. A model's state is loaded only when it is
 -- tried, so an admission usually touches one model however many there are.
 local function decide(req)
   local again = reuse(req)
@@ -116,7 +117,7 @@ local function decide(req)
     local passed = false
     if order then
       m = order[k]
-      if WAIT_FASTER and soon_m then
+      if soon_m then
         -- even with room now its group would end later; so would the groups after it
         local bar = finish_bar(group[m], soonest, soon_m, lat, group)
         if group[m] >= bar then break end
@@ -150,9 +151,9 @@ local function decide(req)
         if not best or wait < best then best, reason, on = wait, w, m end
         if order then
           local fin = likely_wait(st, wait, w, req, rank, queued, mean[m])
-          -- with wait_for_faster only: a request that may wait is served no sooner than
-          -- the backlog ahead of it (lib/finish.lua); without, it never waits anyway
-          if WAIT_FASTER then fin = math.max(fin, backlog_horizon()) end
+          -- a request that waits is served no sooner than the backlog ahead of it
+          -- (lib/finish.lua)
+          fin = math.max(fin, backlog_horizon())
           fin = fin + lat[m]
           if not soonest or fin < soonest then soonest, soon_m = fin, m end
         end

@@ -61,7 +61,7 @@ async def test_a_caller_that_hedges_says_so_over_http(make_api: MakeApi,
     that hedges its late calls is sent to the slow model (its late point plus a fast call
     ends before the backlog would), one that does not waits for the fast one
     (tests/integration/engine/test_finish_time.py has the engine's side)."""
-    api = await make_api(wait_for_faster=True)
+    api = await make_api()
     scarce = {**ROOMY, "rpm": 2, "window_s": 10}
     engine.set_quota("fast", {**scarce, "expected_latency_s": 1.0})
     engine.set_quota("slow", {**scarce, "expected_latency_s": 8.0})

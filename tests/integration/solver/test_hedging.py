@@ -217,13 +217,12 @@ async def test_hedging_can_be_turned_off(namespace: str, redis_url: str) -> None
 
 async def _choice_behind_a_backlog(namespace: str, redis_url: str, url: str,
                                    hedge: bool) -> SolveResult:
-    """One prompt allowing "fast" and "slow", solved by a solver that may wait for a faster
-    model, while "fast" is full for its 4 s window and 6 tasks are reported behind it: the
-    pair starts them by about 6 s from now, and a fast call ends 0.7 s later. "slow"'s
-    99th percentile (2 s mean and five deviations: 7 s) ends after that; its late point
-    (4 s) plus a fast call ends before it."""
-    router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace,
-                                                                  wait_for_faster=True))
+    """One prompt allowing "fast" and "slow", solved by a solver, while "fast" is full
+    for its 4 s window and 6 tasks are reported behind it: the pair starts them by about
+    6 s from now, and a fast call ends 0.7 s later. "slow"'s 99th percentile (2 s mean and
+    five deviations: 7 s) ends after that; its late point (4 s) plus a fast call ends
+    before it."""
+    router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
     pair = {"rpm": 2, "window_s": 4, "tpm": 10**6, "max_concurrency": 100}
     try:
         await router.set_quota("fast", {**pair, "expected_latency_s": 0.2})

@@ -3,10 +3,10 @@
 -- touch, so a call's cost never grows with a model's limit.
 -- ARGV[1] (every script):
 --   "lease_ttl|guard|max_wait|starve|waiter_ttl|cooldown|breaker_fails|breaker_open|
---    recovery_share|guard_share|hot_share|wait_for_faster (0/1)"
+--    recovery_share|guard_share|hot_share"
 local BOUND = 256
 local LEASE_TTL, GUARD, MAX_WAIT, STARVE, WAITER_TTL, COOLDOWN, BREAKER_FAILS, BREAKER_OPEN
-local RECOVERY_SHARE, GUARD_SHARE, HOT_SHARE, WAIT_FASTER
+local RECOVERY_SHARE, GUARD_SHARE, HOT_SHARE
 do
   local v = {}
   for x in string.gmatch(ARGV[1], '[^|]+') do v[#v + 1] = tonumber(x) end
@@ -15,7 +15,6 @@ do
   RECOVERY_SHARE = v[9] or 0
   GUARD_SHARE = v[10] or 0
   HOT_SHARE = v[11] or 1
-  WAIT_FASTER = v[12] == 1
 end
 local NOW
 do
