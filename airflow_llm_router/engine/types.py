@@ -13,6 +13,7 @@ Outcome = Literal["ok", "rate_limited", "error", "abandoned"]
 OnBudget = Literal["overflow", "wait"]
 
 __all__ = [
+    "ROUTING_FIELDS",
     "Admission",
     "AdmitRequest",
     "OnBudget",
@@ -102,6 +103,18 @@ class RouterSettings(BaseModel):
     replicas_to_wait: int = Field(0, ge=0, le=16)
     replica_wait_ms: int = Field(100, gt=0, le=60_000)
     http_hop_ms: int = Field(250, ge=0, le=60_000)
+
+
+#: The :class:`RouterSettings` that decide which model a request takes and when it waits:
+#: the routing a deployment gets. A benchmark leaves each at its default, so what it
+#: measures is what a deployment that sets none gets (tests/unit/bench/test_as_deployed.py).
+#: Not among them: the namespace; the margins that keep each window under its target
+#: (``guard_ms``, ``guard_share``, ``http_hop_ms``); what a failure costs (``lease_ttl_s``,
+#: ``replicas_to_wait``, ``replica_wait_ms``).
+ROUTING_FIELDS: frozenset[str] = frozenset({
+    "max_wait_ms", "starve_ms", "waiter_ttl_ms", "cooldown_ms", "breaker_failures",
+    "breaker_open_ms", "jitter", "recovery_share", "hot_share",
+})
 
 
 @dataclass(frozen=True)
