@@ -42,6 +42,9 @@ _FIXES = {
     "budget_micro_usd": ("the spend allowed per budget period in micro-dollars (a whole "
                          "number >= 0, at most 10^15; $25 is 25000000), or null for no "
                          "budget; needs a price"),
+    "overflow_threshold": ("the share of the model's window in use (0 to 1) above which an "
+                           "ordered list's later models may take its requests; 1: only "
+                           "once it is full"),
     "budget_period_s": ("the budget period in seconds (periods start at multiples of it "
                         "since the Unix epoch; 86400 for a UTC day), at least 0.01 and at "
                         "most 31622400"),
@@ -88,6 +91,11 @@ class ModelQuota(BaseModel):
         the model is not admissible until the period resets (docs/budgets.md). Needs a price.
     :param budget_period_s: the budget period; periods are aligned to multiples of it since
         the Unix epoch (Redis clock), so 86400 is a UTC day.
+    :param overflow_threshold: for requests that list their models in order: once this
+        share of the model's window is in use (calls or tokens, whichever is most used, of
+        the limits in force), a later model of the list below its own threshold with room
+        takes the request; with none, the model still takes it while it has room. 1 (the
+        default): a later model takes a request only once this one cannot.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -106,6 +114,7 @@ class ModelQuota(BaseModel):
     output_micro_usd_per_mtok: Price | None = None
     budget_micro_usd: MicroUSD | None = None
     budget_period_s: PeriodSeconds = DEFAULT_PERIOD_S
+    overflow_threshold: Annotated[float, Field(strict=True, gt=0, le=1)] = 1.0
 
     @property
     def priced(self) -> bool:
@@ -162,6 +171,8 @@ class ModelQuota(BaseModel):
             doc["bud"] = self.budget_micro_usd
         if self.priced or self.budget_period_s != DEFAULT_PERIOD_S:
             doc["bper"] = max(1, round(self.budget_period_s * 1000))
+        if self.overflow_threshold < 1:  # lib/capacity.lua: absent is 1
+            doc["ovf"] = self.overflow_threshold
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -182,6 +193,7 @@ class ModelQuota(BaseModel):
             output_micro_usd_per_mtok=doc.get("po"),
             budget_micro_usd=doc.get("bud"),
             budget_period_s=doc.get("bper", DEFAULT_PERIOD_S * 1000) / 1000,
+            overflow_threshold=float(doc.get("ovf", 1.0)),
         )
 
 

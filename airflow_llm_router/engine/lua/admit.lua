@@ -83,13 +83,24 @@ local function reserve(st, req)
   return lid
 end
 
+-- Admit on a model with room: its lease, its fair share charged (where the engine chose)
+-- and the request out of the wait queue.
+local function take(st, req, fair, queued)
+  local lid = reserve(st, req)
+  if fair then fair_charge(st.m, st.q.w) end
+  if queued then waiter_remove(req.rid) end
+  return {'A', st.m, lid, LEASE_TTL, 0, late_after(st.m)}
+end
+
 -- Try the allowed models in fair-share order (or the caller's order) and admit on the
--- first that has room; where the engine chooses and every candidate's latency is known,
--- in order of likely latency instead (equally fast ones by weight), waiting for a faster
--- model that would finish the request sooner than a slower one with room (lib/finish.lua):
--- a model's room is used whenever using it does not make the request, and so the
--- backlog, finish later. A model's state is loaded only when it is
--- tried, so an admission usually touches one model however many there are.
+-- first that has room (in the caller's order, the first below its overflow threshold
+-- with room, else the first with room: lib/capacity.lua's over_threshold); where the
+-- engine chooses and every candidate's latency is known, in order of likely latency
+-- instead (equally fast ones by weight), waiting for a faster model that would finish the
+-- request sooner than a slower one with room (lib/finish.lua): a model's room is used
+-- whenever using it does not make the request, and so the backlog, finish later. A
+-- model's state is loaded only when it is tried, so an admission usually touches one
+-- model however many there are.
 local function decide(req)
   local again = reuse(req)
   if again then return again end
@@ -112,6 +123,9 @@ local function decide(req)
   local rank, queued, best, reason, on = nil, false, nil, nil, nil
   local soonest, soon_m = nil, nil
   local why, tried = {}, 0
+  -- an ordered list's first model with room but at or over its overflow threshold: taken
+  -- only if no later model below its own threshold has room
+  local spill = nil
   for k = 1, #names do
     local m = names[k]
     local passed = false
@@ -142,13 +156,14 @@ local function decide(req)
         local wait, w = blocked(st, need,
                                 function() return held_back(m, rank, req.rid, req.hot) end)
         if wait == 0 then wait, w = budget_wait(m, view.q, need) end
-        if wait == 0 then
-          local lid = reserve(st, req)
-          if fair then fair_charge(m, st.q.w) end
-          if queued then waiter_remove(req.rid) end
-          return {'A', m, lid, LEASE_TTL, 0, late_after(m)}
+        if wait == 0 and (fair or not over_threshold(st)) then
+          return take(st, req, fair, queued)
         end
-        if not best or wait < best then best, reason, on = wait, w, m end
+        if wait == 0 then
+          spill = spill or st
+        elseif not best or wait < best then
+          best, reason, on = wait, w, m
+        end
         if order then
           local fin = likely_wait(st, wait, w, req, rank, queued, mean[m])
           -- a request that waits is served no sooner than the backlog ahead of it
@@ -161,6 +176,7 @@ local function decide(req)
       end
     end
   end
+  if spill then return take(spill, req, fair, queued) end
   if tried == 0 then
     if why.too_large then return {'E', 'too_large', why.too_large} end
     if why.too_costly then return {'E', 'too_costly', why.too_costly} end

@@ -95,7 +95,8 @@ def test_invalid_input_is_422_naming_the_field_and_changes_nothing(
         ("m", {**SMALL, "weight": 1.0, "enabled": True, "window_s": 60.0, "input_tpm": None,
                "output_tpm": None, "expected_output_tokens": 256, "expected_latency_s": None,
                "input_micro_usd_per_mtok": None, "output_micro_usd_per_mtok": None,
-               "budget_micro_usd": None, "budget_period_s": 86400.0})]
+               "budget_micro_usd": None, "budget_period_s": 86400.0,
+               "overflow_threshold": 1.0})]
     with ui.router() as router:
         assert router.get_quota("m").rpm == 60  # type: ignore[union-attr]
     assert len(api(ui, admin, "GET", "/api/audit").json()) == 1

@@ -120,6 +120,20 @@ local function blocked(st, need, hold)
   return 0
 end
 
+-- Whether a model is at or over its overflow threshold (the quota's 'ovf', a share of its
+-- window; absent: 1): the share of its window in use, in its most used dimension (calls,
+-- tokens, input, output tokens) of the limits in force, has reached it. An ordered list's
+-- later models may then take a request the model still has room for (admit.lua).
+local function over_threshold(st)
+  local q = st.q
+  local t = q.ovf
+  if not t or t >= 1 then return false end
+  local used = math.max(st.n / q.rpm, st.s / q.tpm)
+  if q.itpm then used = math.max(used, st.i / q.itpm) end
+  if q.otpm then used = math.max(used, st.o / q.otpm) end
+  return used >= t
+end
+
 -- The tokens a request needs on this model: as given, or, when the caller left the
 -- output to the engine (s < 0), its input plus the model's learned output per call (for
 -- the request's kind, if it has one: lib/kinds.lua) plus the model's mean excess (what

@@ -51,6 +51,7 @@ const LABELS = {
   input_micro_usd_per_mtok: "input price (\u00b5$ per 1M tokens)",
   output_micro_usd_per_mtok: "output price (\u00b5$ per 1M tokens)",
   budget_micro_usd: "budget (\u00b5$ per period)", budget_period_s: "budget period (s)",
+  overflow_threshold: "overflow threshold (share of window)",
 };
 
 async function buildAddForm() {
