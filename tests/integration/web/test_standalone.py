@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.quotas.config import QuotaConfig
+from airflow_llm_router.web.standalone import Standalone
+from tests.conftest import POSTGRES_DSN
 from tests.integration.web.standalone import (
     ROUTER_CONN,
     TOKEN_CONN,
@@ -72,3 +77,38 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path, namespace: str) -> N
     no_redis = one_error_line(run_cli(base, server_env(tmp_path, namespace, TOKEN,
                                                        redis_port=1)))
     assert "ConnectionError" in no_redis and TOKEN not in no_redis
+
+
+async def test_the_standalone_app_serves_the_quota_routes_from_its_connections(
+        namespace: str, pg_schema: str, engine: RouterClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quota page's routes, standalone: the quota store on the task store's connection,
+    the router on ``--conn-id``'s, every change recorded with the token's caller."""
+    dsn = conninfo_to_dict(POSTGRES_DSN)
+    monkeypatch.setenv("AIRFLOW_CONN_LLMR_T_PG", json.dumps({
+        "conn_type": "postgres", "host": dsn.get("host", "127.0.0.1"),
+        "port": int(dsn.get("port", 5432)), "login": dsn.get("user", "postgres"),
+        "schema": dsn.get("dbname", "test")}))
+    monkeypatch.setenv("AIRFLOW_CONN_LLMR_T_ROUTER", json.dumps({
+        "conn_type": "llm_router", "host": "127.0.0.1", "port": 6379,
+        "extra": {"namespace": namespace}}))
+    config = Standalone(router_conn_id="llmr_t_router", postgres_conn_id="llmr_t_pg",
+                        store_schema=pg_schema,
+                        quotas=QuotaConfig(schema=pg_schema, task_schema=pg_schema))
+    app = config.app(TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api",
+                                 headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        assert (await http.get("/me")).json() == {"user": "token", "can_edit": True,
+                                                  "can_delete": True}
+        put = await http.put("/quotas/m", json={"rpm": 60, "tpm": 6000, "max_concurrency": 2})
+        assert put.status_code == 201, put.text
+        listed = (await http.get("/quotas")).json()["models"]
+        assert [(q["model"], q["updated_by"], q["applied"]) for q in listed] == [
+            ("m", "token", True)]
+        assert (await http.get("/backlog")).json()["remaining"] == 0
+        refused = await http.get("/quotas", headers={"Authorization": f"Bearer {WRONG}"})
+        assert refused.status_code == 401
+    quota = engine.get_quotas()["m"]
+    assert (quota.rpm, quota.tpm) == (60, 6000)  # the router the connection names
+    await app.state.router.aclose()
+    await app.state.task_store.aclose()
