@@ -5,7 +5,7 @@ on demand, not in CI.
     python -m bench.http_admission --write   # and rewrite its section of bench/out/benchmarks.md
 
 Parts, each real and each in its own process but the drain: the standalone HTTP API
-(``python -m airflow_llm_router.api``, bearer token and connections from ``AIRFLOW_CONN_*``),
+(``python -m airflow_llm_router.web``, bearer token and connections from ``AIRFLOW_CONN_*``),
 a private ``redis-server``, the devkit's simulator (strict: it refuses with 429 whatever
 would take a window over the limit) and a fresh PostgreSQL schema drained by one
 ``DrainTrigger`` run in this process. Both kinds of caller reserve input + the simulator's

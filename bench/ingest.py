@@ -3,7 +3,7 @@
     python -m bench.ingest                 # four runs, ~4 minutes
     python -m bench.ingest --write         # and rewrite its section of bench/out/benchmarks.md
 
-Parts, each real: the standalone HTTP API (``python -m airflow_llm_router.api``, its own
+Parts, each real: the standalone HTTP API (``python -m airflow_llm_router.web``, its own
 process, bearer token and connections from ``AIRFLOW_CONN_*``), a private ``redis-server``,
 the devkit's simulator in its own process, a fresh PostgreSQL schema, and one
 ``DrainTrigger`` run in this process that lingers on the store's notifications (so posted

@@ -1,1 +1,1 @@
-"""plugins."""
+"""The Airflow plugin: registers the HTTP surface and serves the quota page."""

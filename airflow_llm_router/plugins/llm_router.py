@@ -1,24 +1,51 @@
-"""The Airflow plugin of airflow-llm-router: registers the quota UI and the HTTP API,
+"""The Airflow plugin of airflow-llm-router: registers the HTTP surface and the quota page,
 nothing else.
 
-Loaded through the ``airflow.plugins`` entry point. The API server mounts the app under
-``/llm-router`` and the HTTP API (``airflow_llm_router.api``) under ``/llm-router-api``;
-the UI lists "LLM Quotas" in its Admin menu and shows the page in an
-iframe at ``/plugin/llm-quotas``.
+Loaded through the ``airflow.plugins`` entry point. The API server mounts one app under
+``/llm-router``: every route of :mod:`airflow_llm_router.web` under ``/llm-router/api``
+(Airflow's auth manager deciding who may read and write), the OpenAPI document at
+``/llm-router/openapi.json`` and the quota page at ``/llm-router/ui``. The UI lists
+"LLM Quotas" in its Admin menu and shows the page in an iframe at ``/plugin/llm-quotas``.
+The router, the task store and the quota store come from the ``[llm_router]`` config.
 """
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
+from fastapi import FastAPI
 
-from airflow_llm_router.plugins.http_api import API_URL_PREFIX, create_api_app
-from airflow_llm_router.plugins.quota_ui import URL_PREFIX, create_app
+from airflow_llm_router.plugins import page
+from airflow_llm_router.quotas.config import QuotaConfig
+from airflow_llm_router.web import airflow_access, create_app
+from airflow_llm_router.web.service import QuotaService
+from airflow_llm_router.web.sources import router_source, task_store_source
+
+__all__ = ["API_PREFIX", "URL_PREFIX", "LLMRouterPlugin", "plugin_app"]
+
+URL_PREFIX = "/llm-router"
+#: where the routes live inside the app (the page calls them relative to its own URL)
+API_PREFIX = "/api"
+
+
+def _quota_service() -> QuotaService:
+    return QuotaService.from_config(QuotaConfig.from_airflow())
+
+
+def plugin_app(config: QuotaConfig | None = None) -> FastAPI:
+    """The app the plugin mounts, on the connections of ``config`` (default: the
+    ``[llm_router]`` section)."""
+    config = config or QuotaConfig.from_airflow()
+    app = create_app(
+        access=airflow_access(), router=router_source(config.router_conn_id),
+        task_store=task_store_source(config.postgres_conn_id, config.task_schema,
+                                     config.task_table),
+        service=_quota_service, prefix=API_PREFIX)
+    app.include_router(page.router)
+    return app
 
 
 class LLMRouterPlugin(AirflowPlugin):
     name = "llm_router"
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "LLM Router"},
-                    {"app": create_api_app(), "url_prefix": API_URL_PREFIX,
-                     "name": "LLM Router HTTP API"}]
+    fastapi_apps = [{"app": plugin_app(), "url_prefix": URL_PREFIX, "name": "LLM Router"}]
     external_views = [{"name": "LLM Quotas", "href": f"{URL_PREFIX}/ui", "destination": "nav",
                        "category": "admin", "url_route": "llm-quotas"}]

@@ -1,4 +1,4 @@
-"""The router's standalone HTTP API (``python -m airflow_llm_router.api``) in a process of
+"""The router's standalone HTTP API (``python -m airflow_llm_router.web``) in a process of
 its own, for tests and benchmarks: the way a deployment runs it, with its connections
 given as ``AIRFLOW_CONN_*`` variables."""
 
@@ -31,14 +31,14 @@ def api_env(home: Path, connections: dict[str, dict[str, object] | str]) -> dict
 @contextmanager
 def standalone_api(env: dict[str, str], args: Sequence[str], log: Path,
                    startup_timeout_s: float = 120) -> Iterator[str]:
-    """Run ``python -m airflow_llm_router.api --port 0 <args>``; its base URL while it runs
+    """Run ``python -m airflow_llm_router.web --port 0 <args>``; its base URL while it runs
     (read from its ``serving on`` line); stopped with SIGTERM (SIGKILL after 10 s) after.
 
     :raises RuntimeError: it exited or did not listen in time (with its log).
     """
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow_llm_router.api", "--port", "0", *args], env=env,
+            [sys.executable, "-m", "airflow_llm_router.web", "--port", "0", *args], env=env,
             stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None

@@ -39,7 +39,7 @@ def test_the_wheel_holds_the_provider_alone(wheel_files: list[str]) -> None:
 def test_the_wheel_carries_the_lua_scripts_and_the_plugin_page(wheel_files: list[str]) -> None:
     assert "airflow_llm_router/engine/lua/admit.lua" in wheel_files
     assert "airflow_llm_router/engine/lua/lib/capacity.lua" in wheel_files
-    assert "airflow_llm_router/plugins/quota_ui/static/index.html" in wheel_files
+    assert "airflow_llm_router/plugins/static/index.html" in wheel_files
     assert any(f.endswith("entry_points.txt") for f in wheel_files)
 
 

@@ -25,7 +25,7 @@ LAYERS: dict[str, int] = {
     "solver": 3,
     "hooks": 4,
     "triggers": 5,
-    "operators": 6, "sensors": 6, "api": 6,
+    "operators": 6, "sensors": 6, "web": 6,
     "plugins": 7,
 }
 ENTRY_POINT = 99

@@ -30,7 +30,7 @@ KINDS = {
     # redis-server rewrites its title: "/usr/bin/redis-server 127.0.0.1:<port>"
     "redis": lambda argv: Path(argv[0].split()[0]).name == "redis-server",
     "simulator": lambda argv: "llm_router_devkit.simulator" in argv,
-    "api": lambda argv: "airflow_llm_router.api" in argv,
+    "api": lambda argv: "airflow_llm_router.web" in argv,
 }
 
 

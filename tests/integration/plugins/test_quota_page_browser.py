@@ -200,7 +200,7 @@ from airflow_llm_router.exceptions import ImpossibleRequestError  # noqa: E402
 from airflow_llm_router.quotas import QuotaStore  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from tests.conftest import POSTGRES_DSN  # noqa: E402
-from tests.integration.plugins.backlog_fixtures import kill, tasks  # noqa: E402, F401
+from tests.integration.web.backlog_fixtures import kill, tasks  # noqa: E402, F401
 
 
 def screenshot_path(tmp_path: Path, name: str) -> Path:

@@ -14,7 +14,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from airflow_llm_router.store import TaskStore
-from tests.integration.plugins.backlog_fixtures import kill, tasks  # noqa: F401
 from tests.integration.plugins.conftest import QuotaUiStack, api
 from tests.integration.plugins.test_quota_page_browser import (  # also skips without Chromium
     browser,  # noqa: F401 (the fixture)
@@ -27,6 +26,7 @@ from tests.integration.plugins.test_quota_page_browser import (  # also skips wi
     viewport_shot,
     wait,
 )
+from tests.integration.web.backlog_fixtures import kill, tasks  # noqa: F401
 
 #: every control that changes something, as the op's page has them
 WRITE_CONTROLS = ("#add-model-toggle", "tr[data-model='gpt-small'] button.save",
@@ -67,6 +67,6 @@ def test_a_viewer_sees_no_write_controls(ui: QuotaUiStack, tokens: dict[str, str
 
     # the server decides regardless: the hidden write is still refused
     viewer = tokens["viewer"]
-    assert api(ui, viewer, "POST", "/api/backlog/requeue",
+    assert api(ui, viewer, "POST", "/api/tasks/requeue",
                json={"ids": dead}).status_code == 403
     assert api(ui, viewer, "PATCH", "/api/quotas/gpt-small", json={"rpm": 1}).status_code == 403

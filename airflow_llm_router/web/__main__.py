@@ -1,0 +1,106 @@
+"""Serve the HTTP API on its own, outside the Airflow API server (uvicorn).
+
+    python -m airflow_llm_router.web --port 8090 [--host 127.0.0.1]
+        [--token-conn-id llm_router_api] [--conn-id llm_router_default] [--namespace NS]
+        [--postgres-conn-id postgres_default] [--store-schema llm_router] [--store-table tasks]
+
+The router connection and the task store default to the ``[llm_router]`` Airflow config
+(``router_conn_id``, ``postgres_conn_id``, ``task_schema``, ``task_table``), as for the
+plugin. Every request needs ``Authorization: Bearer <token>``, the token being the password of the
+``--token-conn-id`` connection. Prints ``serving on http://HOST:PORT`` once it listens
+(``--port 0``: any free port, the line says which). Bad options, a missing connection or an
+unreachable Redis: one ``error:`` line and exit status 2, before anything listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_llm_router.cli import CliParser
+from airflow_llm_router.quotas.config import QuotaConfig
+from airflow_llm_router.web.errors import first_line
+from airflow_llm_router.web.standalone import Standalone, read_token
+
+#: Seconds an idle keep-alive connection stays open: longer than HTTP clients keep theirs
+#: (httpx: 5 s, uvicorn's own default too), so a client never reuses a connection the
+#: server is closing at that moment (a dropped request the client must send again).
+KEEP_ALIVE_S = 75
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"--port: {value!r} is not a port (0-65535)")
+    return int(value)
+
+
+def _parser(config: QuotaConfig) -> argparse.ArgumentParser:
+    """The parser; connections and the task store default to the ``[llm_router]`` config."""
+    d = Standalone.from_config(config)
+    parser = CliParser(prog="python -m airflow_llm_router.web",
+                       description="Serve the LLM router's HTTP API (admission, task "
+                       "ingestion, backlog, quotas) with uvicorn, behind a bearer token.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                        "(default: %(default)s)")
+    parser.add_argument("--port", type=_port, required=True, help="port (0: any free one)")
+    parser.add_argument("--token-conn-id", default=d.token_conn_id,
+                        help="connection whose password is the bearer token "
+                        "(default: %(default)s)")
+    parser.add_argument("--conn-id", default=d.router_conn_id,
+                        help="the llm_router (Redis) connection (default: %(default)s)")
+    parser.add_argument("--namespace", help="router namespace (default: the connection's)")
+    parser.add_argument("--postgres-conn-id", default=d.postgres_conn_id,
+                        help="the task store's PostgreSQL connection (default: %(default)s)")
+    parser.add_argument("--store-schema", default=d.store_schema,
+                        help="the task store's schema (default: %(default)s)")
+    parser.add_argument("--store-table", default=d.store_table,
+                        help="the task store's table (default: %(default)s)")
+    parser.add_argument("--log-level", default="warning",
+                        choices=["critical", "error", "warning", "info", "debug"])
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    quotas = QuotaConfig.from_airflow()
+    args = _parser(quotas).parse_args(argv)
+    config = Standalone(token_conn_id=args.token_conn_id, router_conn_id=args.conn_id,
+                        namespace=args.namespace, postgres_conn_id=args.postgres_conn_id,
+                        store_schema=args.store_schema, store_table=args.store_table,
+                        quotas=quotas)
+    try:
+        token = read_token(config.token_conn_id)
+        namespace = asyncio.run(config.check_router())
+        app = config.app(token)
+    except AirflowNotFoundException as err:
+        return _fail(f"{err}: add the connection (airflow connections add ...) or name another "
+                     "one with --token-conn-id / --conn-id")
+    except Exception as err:  # one line, never a traceback (nor a secret)
+        return _fail(f"{type(err).__name__}: {first_line(err)}")
+    try:
+        sock = socket.create_server((args.host, args.port))
+    except OSError as err:
+        return _fail(f"cannot listen on {args.host}:{args.port}: {err.strerror}; pick another "
+                     "--port or --host")
+    host, port = sock.getsockname()[:2]
+    logging.getLogger(__name__).info("router namespace %r", namespace)
+    print(f"serving on http://{host}:{port}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, lifespan="off",
+                                           timeout_keep_alive=KEEP_ALIVE_S))
+    server.run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
