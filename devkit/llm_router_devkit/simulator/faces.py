@@ -24,7 +24,7 @@ from llm_router_devkit.simulator.http_parts import Backend, cut_json
 from llm_router_devkit.simulator.limits import retry_after_header
 from llm_router_devkit.simulator.provider import Rejection, SimulatedBackend, UnknownModelError
 
-__all__ = ["faces"]
+__all__ = ["FACE_CALLS", "face_connection", "faces"]
 
 faces = APIRouter(tags=["provider faces"])
 
@@ -174,3 +174,26 @@ async def messages(
                   "output_tokens": usage["output_tokens"]},
     }
     return cut_json(body, said) if outcome.truncated else JSONResponse(body, headers=said)
+
+
+#: the simulator's endpoint by the router's protocol name, as ``/stats`` ``calls`` counts it
+FACE_CALLS = {"models_backend": "single", "openai": "chat_completions",
+              "anthropic": "messages"}
+
+
+def face_connection(url: str, protocol: str, *, max_output_tokens: int | None = None,
+                    **extra: Any) -> dict[str, Any]:
+    """A ``models_backend`` connection (as ``AIRFLOW_CONN_*`` JSON takes it) to the
+    simulator at ``url`` through its face for ``protocol``: OpenAI's base URL includes the
+    version, Anthropic's needs ``max_output_tokens`` (its API requires ``max_tokens``).
+
+    :raises ValueError: an unknown protocol, or ``anthropic`` without ``max_output_tokens``.
+    """
+    if protocol not in FACE_CALLS:
+        raise ValueError(f"protocol: {protocol!r}; give one of {', '.join(FACE_CALLS)}")
+    if protocol == "anthropic" and max_output_tokens is None:
+        raise ValueError("max_output_tokens: required with the anthropic protocol")
+    if max_output_tokens is not None:
+        extra["max_output_tokens"] = max_output_tokens
+    return {"conn_type": "models_backend", "host": f"{url}/v1" if protocol == "openai" else url,
+            "extra": {"protocol": protocol, **extra}}

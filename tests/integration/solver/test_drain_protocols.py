@@ -18,6 +18,7 @@ from airflow_llm_router.store import TaskStore
 from airflow_llm_router.tokens import count_input_tokens
 from airflow_llm_router.triggers.solve import DrainTrigger
 from llm_router_devkit.simulator import SimulatorProfile
+from llm_router_devkit.simulator.faces import FACE_CALLS, face_connection
 from llm_router_devkit.simulator.profile import ModelProfile
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
 
@@ -29,12 +30,11 @@ PROTOCOLS = ("models_backend", "openai", "anthropic")
 def point_backend(monkeypatch: pytest.MonkeyPatch, url: str, protocol: str,
                   **extra: object) -> None:
     """Point the default models_backend connection at the simulator's face for
-    ``protocol`` (OpenAI's base URL includes the version; Anthropic's needs a cap)."""
-    base = f"{url}/v1" if protocol == "openai" else url
-    cap = {"max_output_tokens": 400} if protocol == "anthropic" else {}
-    monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT", json.dumps(
-        {"conn_type": "models_backend", "host": base, "password": "sk-test",
-         "extra": {"protocol": protocol, "timeout_s": 30, **cap, **extra}}))
+    ``protocol`` (Anthropic's with a cap: its API requires one)."""
+    cap = 400 if protocol == "anthropic" else None
+    conn = face_connection(url, protocol, max_output_tokens=cap, timeout_s=30, **extra)
+    monkeypatch.setenv("AIRFLOW_CONN_MODELS_BACKEND_DEFAULT",
+                       json.dumps({**conn, "password": "sk-test"}))
 
 
 async def drain(pg_schema: str, tasks: int) -> dict[str, Any]:
@@ -77,9 +77,7 @@ async def test_a_drain_through_each_protocol_keeps_every_window(
     assert totals["rejected_429"] == 0 and totals["violations"] == 0, totals
     # every task solved by exactly one call, through this protocol's endpoint
     assert totals["requests"] == totals["completed"] == TASKS, totals
-    endpoint = {"models_backend": "single", "openai": "chat_completions",
-                "anthropic": "messages"}[protocol]
-    assert stats["calls"][endpoint] == TASKS, stats["calls"]
+    assert stats["calls"][FACE_CALLS[protocol]] == TASKS, stats["calls"]
     # the provider's input: the prompts, and the system message where it was sent
     expected = sum(count_input_tokens(p) for p in prompts)
     if with_options:
