@@ -10,7 +10,6 @@ request's body, where the answer and usage are, the rate-limit headers) is
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,8 +24,6 @@ from airflow_llm_router.backend.signals import BackendSignals
 from airflow_llm_router.tokens import whole_number
 
 __all__ = ["CallResult", "CallStatus", "call_batch", "call_single"]
-
-log = logging.getLogger(__name__)
 
 CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
 
