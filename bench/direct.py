@@ -42,6 +42,7 @@ which ``python -m bench.e2e.yardstick`` measures against each run's own yardstic
 
     python -m bench.direct --workload W1 --runs 4
     python -m bench.direct --runs 4 --root /tmp/base   # the other version, interleave them
+    python -m bench.direct --protocol openai           # through the simulator's OpenAI face
 """
 
 from __future__ import annotations
@@ -98,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="one call per model through the router first, then a window's wait: "
                         "the engine starts with learned outputs and latencies (no cold start), "
                         "as in a deployment whose models have answered before")
+    p.add_argument("--protocol", choices=("models_backend", "openai", "anthropic"),
+                   default="models_backend",
+                   help="the backend protocol, through the simulator's face for it "
+                        "(docs/backends.md)")
+    p.add_argument("--max-output-tokens", type=int, default=None,
+                   help="the connection's output cap (required with --protocol anthropic)")
     p.add_argument("--time-scale", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--postgres-dsn", default=DEFAULT_DSN)
@@ -113,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
 
 #: The options that change what a baseline measures: a refresh keeps its baseline's.
 BASELINE_OPTIONS = ("workload", "drains", "in_flight", "claim_batch", "no_hedge", "warm",
-                    "time_scale", "seed")
+                    "time_scale", "seed", "protocol", "max_output_tokens")
 
 
 def baseline_mismatch(args: argparse.Namespace) -> str | None:
@@ -146,6 +153,18 @@ def record_baseline(args: argparse.Namespace, runs: list[dict[str, Any]], comman
                   also=[no_429], root=args.root)
 
 
+def backend_connection(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The backend connection of a run: the simulator's ``/single`` (written out, for a
+    ``--root`` checkout's devkit), or its face for another protocol."""
+    cap = {} if args.max_output_tokens is None else {"max_output_tokens": args.max_output_tokens}
+    if args.protocol == "models_backend":
+        return {"conn_type": "models_backend", "host": url,
+                "extra": {"timeout_s": 300, **cap}}
+    from llm_router_devkit.simulator.faces import face_connection
+
+    return face_connection(url, args.protocol, timeout_s=300, **cap)
+
+
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
     """One drain of the workload on fresh services; its figures."""
     import httpx
@@ -174,8 +193,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                 {"conn_type": "llm_router", "host": "127.0.0.1", "port": redis_server.port,
                  "extra": {"namespace": namespace, "quota_schema": schema}}),
             "AIRFLOW_CONN_POSTGRES_DEFAULT": args.postgres_dsn,
-            "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(
-                {"conn_type": "models_backend", "host": sim.url, "extra": {"timeout_s": 300}}),
+            "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(backend_connection(sim.url, args)),
         })
         store.migrate()
         router = RouterClient.from_url(redis_server.url, RouterSettings(namespace=namespace))
@@ -336,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    if args.protocol == "anthropic" and args.max_output_tokens is None:
+        print("error: --max-output-tokens is required with --protocol anthropic (its API "
+              "requires max_tokens on every call); give the cap in tokens, e.g. 2048",
+              file=sys.stderr)
+        return 2
 
     def body() -> int:
         if child:
@@ -372,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         (out / "runs.json").write_text(json.dumps(
             {"command": command, "when": when, "root": str(args.root or ROOT),
              "workload": args.workload, "time_scale": args.time_scale, "seed": args.seed,
-             "runs": runs}, indent=1))
+             "protocol": args.protocol, "runs": runs}, indent=1))
         print(f"wrote {out / 'runs.json'}")
         if args.baseline:
             print(f"wrote {record_baseline(args, runs, command)}; python -m bench.targets "

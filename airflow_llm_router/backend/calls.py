@@ -1,28 +1,29 @@
-"""Calls to the Models Backend over HTTP, as the router makes them.
+"""Calls to the backend over HTTP, as the router makes them, in any backend protocol.
 
 Everything about a call is classified here into the outcome the engine needs: ok, rate
-limited (with Retry-After), retryable error, or final error. The HTTP session the calls go
-through is :mod:`airflow_llm_router.backend.session`.
+limited (with Retry-After), retryable error, or final error. What differs by protocol (the
+request's body, where the answer and usage are, the rate-limit headers) is
+:mod:`airflow_llm_router.backend.protocols`; the HTTP session the calls go through is
+:mod:`airflow_llm_router.backend.session`.
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import aiohttp
 
-from airflow_llm_router.backend.config import BackendConfig, BackendFields
+from airflow_llm_router.backend.config import BackendConfig
+from airflow_llm_router.backend.protocols import Call, WireProtocol, protocol_named
 from airflow_llm_router.backend.session import BackendHttp, Reply
-from airflow_llm_router.backend.signals import BackendSignals, read_signals
+from airflow_llm_router.backend.signals import BackendSignals
 from airflow_llm_router.tokens import whole_number
 
 __all__ = ["CallResult", "CallStatus", "call_batch", "call_single"]
-
-log = logging.getLogger(__name__)
 
 CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
 
@@ -65,32 +66,6 @@ def _retry_after(response: Reply) -> float | None:
     return None
 
 
-def _usage(body: dict[str, Any], f: BackendFields) -> tuple[int | None, int | None]:
-    """The answer's token usage, or ``(None, None)``: usage unknown, so the engine keeps its
-    estimate for the call (never less). Usage that is there but is not a whole number >= 0
-    (a negative count, ``true``, text) is a backend bug: it is logged (the field and its
-    value, never the prompt) and counts as unknown, since settling it would either refund
-    window usage the call did spend or fail the lease's settlement."""
-    usage = body.get(f.usage)
-    if usage is None:
-        return None, None
-    if not isinstance(usage, dict):
-        log.warning("backend answer: %r is %.80r, not an object; usage counted as unknown",
-                    f.usage, usage)
-        return None, None
-    inp, out = usage.get(f.input_tokens), usage.get(f.output_tokens)
-    bad = [(name, value) for name, value in ((f.input_tokens, inp), (f.output_tokens, out))
-           if value is not None and not (whole_number(value) and value >= 0)]
-    if bad:
-        log.warning("backend answer: %s; usage counted as unknown",
-                    ", ".join(f"{f.usage}.{name} is {value!r:.80}, not a whole number >= 0"
-                              for name, value in bad))
-        return None, None
-    if inp is None or out is None:  # not reported (both are needed to settle)
-        return None, None
-    return inp, out
-
-
 async def call_single(
     http: BackendHttp,
     config: BackendConfig,
@@ -98,20 +73,25 @@ async def call_single(
     model: str,
     prompt: str,
     max_output_tokens: int | None = None,
+    options: Mapping[str, Any] | None = None,
     on_sent: Callable[[], None] | None = None,
 ) -> CallResult:
-    """Send one prompt to ``model``; never raises for HTTP or network trouble.
+    """Send one prompt to ``model`` in the connection's protocol; never raises for HTTP or
+    network trouble.
 
+    :param options: the task's call options (``metadata.llm_call``); a protocol that cannot
+        send them refuses the call (``rejected``, not retryable) without sending it.
     :param on_sent: called once the request has been written to the connection (from
-        httpcore's trace events), i.e. when the backend can first see it.
+        aiohttp's trace events), i.e. when the backend can first see it.
     """
-    f = config.fields
-    body: dict[str, Any] = {f.model: model, f.prompt: prompt}
-    if max_output_tokens is not None:
-        body[f.max_output_tokens] = max_output_tokens
+    wire = protocol_named(config.protocol)
+    refused = wire.refuses(options)
+    if refused is not None:
+        return CallResult("rejected", error=refused, retryable=False)
+    body = wire.body(Call(model, prompt, max_output_tokens, options), config)
     started = time.monotonic()
     try:
-        response, sent_at = await http.post(config.single_path, body, on_sent)
+        response, sent_at = await http.post(config.single_path or wire.path, body, on_sent)
     except TimeoutError:
         return CallResult("error", error=f"timeout after {config.timeout_s:g} s",
                           latency_s=time.monotonic() - started)
@@ -126,9 +106,9 @@ async def call_single(
         doc = {}
     if not isinstance(doc, dict):
         doc = {}
-    said = _said(config, response)
+    said = _said(wire, config, response)
     code = response.status_code  # Retry-After is read only where it counts: a 429
-    return _with(said, sent_at, _classify(code, doc, f, latency,
+    return _with(said, sent_at, _classify(wire, config, code, doc, latency,
                                           _retry_after(response) if code == 429 else None))
 
 
@@ -142,17 +122,18 @@ def _since_sent(sent_at: float | None, started: float) -> float:
     return max(0.0, time.time() - sent_at)
 
 
-def _said(config: BackendConfig, response: Reply) -> BackendSignals | None:
+def _said(wire: WireProtocol, config: BackendConfig,
+          response: Reply) -> BackendSignals | None:
     """What the response's headers say, if the connection reads them."""
-    return read_signals(response.headers) if config.rate_limit_headers else None
+    return wire.signals(response.headers) if config.rate_limit_headers else None
 
 
 def _with(said: BackendSignals | None, sent_at: float | None, result: CallResult) -> CallResult:
     return result if said is None else replace(result, signals=said, sent_at_s=sent_at)
 
 
-def _classify(code: int, doc: dict[str, Any], f: BackendFields, latency: float,
-              retry_after_s: float | None) -> CallResult:
+def _classify(wire: WireProtocol, config: BackendConfig, code: int, doc: dict[str, Any],
+              latency: float, retry_after_s: float | None) -> CallResult:
     """One answer's outcome from its status code and JSON document."""
     if code == 429:
         return CallResult("rate_limited", retry_after_s=retry_after_s,
@@ -162,12 +143,12 @@ def _classify(code: int, doc: dict[str, Any], f: BackendFields, latency: float,
     if code >= 400:
         return CallResult("rejected", error=f"HTTP {code}: {str(doc)[:300]}",
                           latency_s=latency, retryable=False)
-    if f.answer not in doc:
-        return CallResult("error", error=f"HTTP {code} without a JSON {f.answer!r} field",
+    answer = wire.answer(doc, config)
+    if answer is None:
+        return CallResult("error", error=f"HTTP {code} without {wire.answer_at(config)}",
                           latency_s=latency)
-    inp, out = _usage(doc, f)
-    return CallResult("ok", answer=str(doc[f.answer]), input_tokens=inp, output_tokens=out,
-                      latency_s=latency)
+    return CallResult("ok", answer=answer.text, input_tokens=answer.input_tokens,
+                      output_tokens=answer.output_tokens, latency_s=latency)
 
 
 async def call_batch(
@@ -184,8 +165,16 @@ async def call_batch(
     Each item's output is capped at ``caps[i]`` if given, else at ``max_output_tokens``.
 
     The backend answers when the slowest is done, so every item's call lasts as long as
-    the batch's. A transport failure fails every item (retryably).
+    the batch's. A transport failure fails every item (retryably). A protocol without a
+    batch endpoint sends the prompts as that many single calls at once.
     """
+    wire = protocol_named(config.protocol)
+    if not wire.batches:
+        all_sent = _after(len(prompts), on_sent)
+        return list(await asyncio.gather(*(
+            call_single(http, config, model=model, prompt=prompt, on_sent=all_sent,
+                        max_output_tokens=caps[i] if caps is not None else max_output_tokens)
+            for i, prompt in enumerate(prompts))))
     f = config.fields
     items = []
     for i, prompt in enumerate(prompts):
@@ -199,9 +188,10 @@ async def call_batch(
         response, sent_at = await http.post(config.batch_path, {f.items: items}, on_sent)
         latency = _since_sent(sent_at, started)
         # the response's headers speak for the batch: every item was sent and counted with it
-        said = _said(config, response)
+        said = _said(wire, config, response)
         if response.status_code != 200:
-            failed = _classify(response.status_code, {}, f, latency, _retry_after(response))
+            failed = _classify(wire, config, response.status_code, {}, latency,
+                               _retry_after(response))
             return [_with(said, sent_at, failed)] * len(prompts)
         by_id = {str(r.get(f.id)): r for r in response.json()[f.results]}
     except TimeoutError:
@@ -214,9 +204,23 @@ async def call_batch(
         doc = by_id.get(str(i), {})
         retry = doc.get(f.retry_after_s)
         results.append(_with(said, sent_at, _classify(
-            _item_status(doc.get(f.status, 500)), doc, f, latency,
+            wire, config, _item_status(doc.get(f.status, 500)), doc, latency,
             _item_retry_after(retry))))
     return results
+
+
+def _after(count: int, then: Callable[[], None] | None) -> Callable[[], None] | None:
+    """A callback that calls ``then`` at its ``count``-th call: a batch sent as single
+    calls is sent once the last of them is (a send stamp is never early)."""
+    if then is None:
+        return None
+    left = [count]
+
+    def one_sent() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            then()
+    return one_sent
 
 
 def _item_status(value: Any) -> int:

@@ -7,13 +7,20 @@ configurable because a real backend may spell them differently from the simulato
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["BackendConfig", "BackendFields"]
+__all__ = ["PROTOCOL_NAMES", "BackendConfig", "BackendFields", "ProtocolName"]
+
+#: the protocols a backend may speak (:mod:`airflow_llm_router.backend.protocols`)
+ProtocolName = Literal["models_backend", "openai", "anthropic"]
+PROTOCOL_NAMES: tuple[str, ...] = get_args(ProtocolName)
 
 
 class BackendFields(BaseModel):
-    """JSON field names of ``POST /single`` and ``/batch`` (defaults: the simulator's)."""
+    """JSON field names of ``POST /single`` and ``/batch`` (defaults: the simulator's); the
+    ``models_backend`` protocol's only."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,8 +42,16 @@ class BackendFields(BaseModel):
 class BackendConfig(BaseModel):
     """Where and how to call the Models Backend (built from a ``models_backend`` connection).
 
-    :param base_url: e.g. ``http://models-backend:8080``.
-    :param single_path: path of the one-prompt endpoint.
+    :param base_url: e.g. ``http://models-backend:8080``; for ``openai`` with the API's
+        version (``https://api.openai.com/v1``), for ``anthropic`` without
+        (``https://api.anthropic.com``).
+    :param protocol: what the backend speaks: ``models_backend`` (``/single``, ``/batch``),
+        ``openai`` (chat completions) or ``anthropic`` (messages); see
+        :mod:`airflow_llm_router.backend.protocols`.
+    :param single_path: path of the one-prompt endpoint (None: the protocol's,
+        ``/single``, ``/chat/completions`` or ``/v1/messages``).
+    :param max_tokens_field: the ``openai`` protocol's name for the output cap:
+        ``max_tokens`` or ``max_completion_tokens``.
     :param timeout_s: a call taking longer is abandoned and counted as an error.
     :param headers: extra headers (auth comes from the connection's password, not here).
     :param max_output_tokens: the output cap sent with every call (under the name
@@ -57,10 +72,12 @@ class BackendConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     base_url: str
-    single_path: str = "/single"
+    protocol: ProtocolName = "models_backend"
+    single_path: str | None = None
     batch_path: str = "/batch"
     timeout_s: float = Field(300.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
     fields: BackendFields = Field(default_factory=BackendFields)
     max_output_tokens: int | None = Field(None, ge=1)
     rate_limit_headers: bool = True
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"

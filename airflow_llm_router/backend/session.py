@@ -17,6 +17,7 @@ from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_f
 from yarl import URL
 
 from airflow_llm_router.backend.config import BackendConfig
+from airflow_llm_router.backend.protocols import protocol_named
 
 __all__ = ["KEEPALIVE_S", "BackendHttp", "Reply", "http_client"]
 
@@ -94,7 +95,7 @@ class BackendHttp:
         base = URL(self._base)
         self._proxy, self._proxy_auth = _env_proxy(base)
         self._session = aiohttp.ClientSession(
-            headers=config.headers,
+            headers=_headers(config),
             auth=_netrc_auth(base, config.headers),
             connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
                                            keepalive_timeout=KEEPALIVE_S),
@@ -125,6 +126,14 @@ class BackendHttp:
 
     async def aclose(self) -> None:
         await self._session.close()
+
+
+def _headers(config: BackendConfig) -> dict[str, str]:
+    """The config's headers, and the protocol's own (Anthropic's API version) that they do
+    not set in any spelling."""
+    given = {name.lower() for name in config.headers}
+    own = protocol_named(config.protocol).default_headers()
+    return {**{k: v for k, v in own.items() if k.lower() not in given}, **config.headers}
 
 
 def _env_proxy(url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:

@@ -1,7 +1,8 @@
 """What a backend says about its own limits and timing, read from a response's headers.
 
-Providers that state their rate limits do it in headers (OpenAI's and many gateways'
-spelling, which the simulator speaks too)::
+Providers that state their rate limits do it in headers. OpenAI's and many gateways'
+spelling, which the simulator speaks too, is read here; another protocol reads its own
+(:mod:`airflow_llm_router.backend.protocols`) into the same :class:`BackendSignals`::
 
     x-ratelimit-limit-requests: 500        x-ratelimit-limit-tokens: 30000
     x-ratelimit-remaining-requests: 0      x-ratelimit-remaining-tokens: 1200
@@ -20,7 +21,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["RECEIVED_HEADER", "BackendSignals", "parse_duration_s", "read_signals"]
+__all__ = ["RECEIVED_HEADER", "BackendSignals", "parse_duration_s", "read_received",
+           "read_signals", "whole_header"]
 
 #: the header in which a backend says when it received a call (epoch ms, wall clock)
 RECEIVED_HEADER = "x-received-ms"
@@ -58,7 +60,8 @@ def parse_duration_s(text: str) -> float | None:
     return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
-def _int(headers: Mapping[str, str], name: str) -> int | None:
+def whole_header(headers: Mapping[str, str], name: str) -> int | None:
+    """A header's whole number >= 0 (None: absent or not one)."""
     value = headers.get(name)
     if value is None:
         return None
@@ -69,26 +72,30 @@ def _int(headers: Mapping[str, str], name: str) -> int | None:
     return number if number >= 0 else None
 
 
+def read_received(headers: Mapping[str, str]) -> float | None:
+    """When the backend says the call reached it (epoch seconds; None: unsaid)."""
+    raw = headers.get(RECEIVED_HEADER)
+    if raw is None:
+        return None
+    try:
+        return float(raw) / 1000
+    except ValueError:
+        return None
+
+
 def read_signals(headers: Mapping[str, str]) -> BackendSignals:
-    """The signals in ``headers`` (a case-insensitive mapping, as httpx's)."""
+    """The signals in ``headers`` (a case-insensitive mapping), in OpenAI's spelling."""
     hold: float | None = None
     for kind in ("requests", "tokens"):
-        remaining = _int(headers, f"x-ratelimit-remaining-{kind}")
+        remaining = whole_header(headers, f"x-ratelimit-remaining-{kind}")
         reset = headers.get(f"x-ratelimit-reset-{kind}")
         if remaining == 0 and reset is not None:
             seconds = parse_duration_s(reset)
             if seconds is not None and seconds > 0:
                 hold = max(hold or 0.0, seconds)
-    received: float | None = None
-    raw = headers.get(RECEIVED_HEADER)
-    if raw is not None:
-        try:
-            received = float(raw) / 1000
-        except ValueError:
-            received = None
     return BackendSignals(
-        limit_requests=_int(headers, "x-ratelimit-limit-requests") or None,
-        limit_tokens=_int(headers, "x-ratelimit-limit-tokens") or None,
+        limit_requests=whole_header(headers, "x-ratelimit-limit-requests") or None,
+        limit_tokens=whole_header(headers, "x-ratelimit-limit-tokens") or None,
         hold_s=hold,
-        received_at_s=received,
+        received_at_s=read_received(headers),
     )

@@ -1,4 +1,5 @@
-"""The Models Backend connection: base URL, timeout, auth and field names in one place."""
+"""The Models Backend connection: protocol, base URL, timeout, auth and field names in one
+place."""
 
 from __future__ import annotations
 
@@ -9,19 +10,27 @@ from airflow.sdk import BaseHook
 from pydantic import BaseModel, ValidationError
 
 from airflow_llm_router.backend import BackendConfig, BackendFields
+from airflow_llm_router.backend.protocols import PROTOCOLS, WireProtocol
 from airflow_llm_router.exceptions import ConnectionConfigError
 
 __all__ = ["ModelsBackendHook", "backend_config"]
+
+#: settings that only one protocol takes
+_ONLY = {"fields": "models_backend", "batch_path": "models_backend",
+         "max_tokens_field": "openai"}
 
 
 def backend_config(conn: Any) -> BackendConfig:
     """Build the call settings from a ``models_backend`` (or ``http``) connection.
 
     ``host`` holds the base URL (``http://backend:8080``) or a bare host with ``schema``
-    (http/https) and ``port``; the password, if set, is sent as a bearer token; the extra may
-    set ``timeout_s``, ``headers``, ``single_path``, ``batch_path``, ``fields``,
-    ``max_output_tokens`` (the default output cap of every call) and
-    ``rate_limit_headers`` (read the backend's rate-limit headers; default true).
+    (http/https) and ``port``; the password, if set, is the API key or token, sent as the
+    protocol sends one (``Authorization: Bearer``, or Anthropic's ``x-api-key``); the
+    extra may set ``protocol`` (``models_backend``, the default, ``openai`` or
+    ``anthropic``), ``timeout_s``, ``headers``, ``single_path``, ``batch_path`` and
+    ``fields`` (models_backend), ``max_tokens_field`` (openai), ``max_output_tokens`` (the
+    default output cap of every call; anthropic requires it) and ``rate_limit_headers``
+    (read the backend's rate-limit headers; default true). docs/backends.md shows each.
     """
     host = conn.host or "127.0.0.1"
     if "://" in host:
@@ -31,21 +40,17 @@ def backend_config(conn: Any) -> BackendConfig:
         base_url = f"{scheme}://{host}" + (f":{conn.port}" if conn.port else "")
     extra = dict(conn.extra_dejson)
     conn_id = str(getattr(conn, "conn_id", None) or "models_backend")
+    wire = _protocol(conn_id, extra.pop("protocol", "models_backend"))
     headers = extra.pop("headers", {}) or {}
     if not isinstance(headers, dict):
         raise ConnectionConfigError(conn_id, "extra.headers", "give a JSON object of "
                                     "header names to values")
     headers = {str(k): str(v) for k, v in headers.items()}
     if conn.password:
-        headers.setdefault("Authorization", f"Bearer {conn.password}")
-    settings = ("single_path", "batch_path", "timeout_s", "max_output_tokens",
-                "rate_limit_headers")
-    unknown = sorted(set(extra) - {*settings, "fields"})
-    if unknown:
-        raise ConnectionConfigError(conn_id, f"extra.{unknown[0]}", "not a setting of a "
-                                    "models_backend connection; use headers, fields, "
-                                    + ", ".join(settings))
-    known = {k: extra[k] for k in settings if k in extra}
+        for name, value in wire.auth_headers(conn.password).items():
+            headers.setdefault(name, value)
+    _check_settings(conn_id, wire, extra)
+    known = {k: extra[k] for k in _SETTINGS if k in extra}
     names = extra.get("fields") or {}
     if not isinstance(names, dict):
         raise ConnectionConfigError(conn_id, "extra.fields", "give a JSON object mapping "
@@ -56,9 +61,42 @@ def backend_config(conn: Any) -> BackendConfig:
         raise _config_error(conn_id, "extra.fields", err, BackendFields) from None
     try:
         return BackendConfig(base_url=base_url.rstrip("/"), headers=headers, fields=fields,
-                             **known)
+                             protocol=wire.name, **known)
     except ValidationError as err:
         raise _config_error(conn_id, "extra", err, BackendConfig) from None
+
+
+_SETTINGS = ("single_path", "batch_path", "timeout_s", "max_output_tokens",
+             "rate_limit_headers", "max_tokens_field")
+
+
+def _protocol(conn_id: str, name: object) -> WireProtocol:
+    """The protocol ``extra.protocol`` names, or the error that lists the choices."""
+    if not isinstance(name, str) or name not in PROTOCOLS:
+        raise ConnectionConfigError(conn_id, "extra.protocol", f"is {name!r:.40}; give one "
+                                    "of " + ", ".join(PROTOCOLS))
+    return PROTOCOLS[name]
+
+
+def _check_settings(conn_id: str, wire: WireProtocol, extra: dict[str, Any]) -> None:
+    """Refuse settings no protocol has, settings of another protocol, and an
+    ``anthropic`` connection without the output cap its API requires."""
+    unknown = sorted(set(extra) - {*_SETTINGS, "fields"})
+    if unknown:
+        raise ConnectionConfigError(conn_id, f"extra.{unknown[0]}", "not a setting of a "
+                                    "models_backend connection; use protocol, headers, "
+                                    "fields, " + ", ".join(_SETTINGS))
+    for name in sorted(extra):
+        owner = _ONLY.get(name, wire.name)
+        if owner != wire.name:
+            raise ConnectionConfigError(conn_id, f"extra.{name}", f"only the {owner} "
+                                        f"protocol takes it; this connection's protocol is "
+                                        f"{wire.name}: remove it")
+    if wire.name == "anthropic" and extra.get("max_output_tokens") is None:
+        raise ConnectionConfigError(conn_id, "extra.max_output_tokens", "required by the "
+                                    "anthropic protocol (its API needs max_tokens on every "
+                                    "call); give the default output cap in tokens, e.g. "
+                                    "1024")
 
 
 def _config_error(conn_id: str, where: str, err: ValidationError,
@@ -74,7 +112,8 @@ def _config_error(conn_id: str, where: str, err: ValidationError,
 
 
 class ModelsBackendHook(BaseHook):
-    """Reach the team's Models Backend (``POST /single``, ``POST /batch``).
+    """Reach the backend that serves the models: the team's Models Backend (``POST
+    /single``, ``POST /batch``), or an OpenAI- or Anthropic-style API (``extra.protocol``).
 
     :param backend_conn_id: a ``models_backend`` connection.
     """
@@ -92,10 +131,10 @@ class ModelsBackendHook(BaseHook):
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         return {
             "hidden_fields": ["login"],
-            "relabeling": {"host": "Base URL", "password": "Bearer token"},
+            "relabeling": {"host": "Base URL", "password": "API key or bearer token"},
             "placeholders": {
                 "host": "http://models-backend:8080",
-                "extra": '{"timeout_s": 300, "headers": {}, "fields": {"answer": "answer"}}',
+                "extra": '{"protocol": "models_backend", "timeout_s": 300, "headers": {}}',
             },
         }
 

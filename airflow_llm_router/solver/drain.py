@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_llm_router.engine.types import as_on_budget, as_priority
+from airflow_llm_router.llm_call import call_options
 from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.solver.inflight import InFlight
 from airflow_llm_router.solver.items import SolveItem, SolveResult
@@ -72,9 +73,16 @@ def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
         SolveItem(key=str(t.id), prompt=t.prompt, request_id=f"task-{t.id}:{t.claim_token}",
                   models=t.allowed_models, ordered=True, priority=as_priority(t.priority),
                   kind=None if t.kind == DEFAULT_KIND else t.kind,
-                  on_budget=as_on_budget(t.on_budget))
-        for t in claimed
+                  on_budget=as_on_budget(t.on_budget),
+                  max_output_tokens=_cap(options), options=options)
+        for t, options in ((t, call_options(t.metadata)) for t in claimed)
     ]
+
+
+def _cap(options: dict[str, Any] | None) -> int | None:
+    """A task's own output cap (``metadata.llm_call.max_output_tokens``), if it sets one."""
+    cap = (options or {}).get("max_output_tokens")
+    return cap if isinstance(cap, int) else None
 
 
 def write_results(store: TaskStore, tokens: dict[int, str],

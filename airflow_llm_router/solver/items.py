@@ -6,7 +6,7 @@ They travel through Airflow (trigger kwargs, trigger events, XCom), so each has
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from airflow_llm_router.engine.types import OnBudget, Priority, as_on_budget, as_priority
@@ -28,6 +28,8 @@ class SolveItem:
         (``AdmitRequest.kind``). None: the model's estimates only.
     :param on_budget: over a model's spend budget, ``"overflow"`` to the next allowed
         model or ``"wait"`` for the budget (``AdmitRequest.on_budget``).
+    :param options: call options passed to the backend protocol (a stored task's
+        ``metadata.llm_call``, :mod:`airflow_llm_router.llm_call`); None: none.
     """
 
     key: str
@@ -39,6 +41,7 @@ class SolveItem:
     max_output_tokens: int | None = None
     kind: str | None = None
     on_budget: OnBudget = "overflow"
+    options: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         as_priority(self.priority)

@@ -35,6 +35,7 @@ from airflow_llm_router.backend import (
     CallResult,
     call_single,
 )
+from airflow_llm_router.backend.protocols import protocol_named
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest
@@ -82,6 +83,9 @@ class Solver:
         #: calls that lost a hedge's race, running on to their end (see _call_or_hedge)
         self.stragglers: set[asyncio.Task[Any]] = set()
         self.hedge_targets = HedgeTargets(router)
+        #: the backend's protocol: whether prompts can share a ``/batch``, which call
+        #: options it can send
+        self.wire = protocol_named(backend.protocol)
 
     def _left(self) -> float:
         return self.deadline - time.time()
@@ -111,7 +115,12 @@ class Solver:
         errors = limited = calls = 0
         hedged = False
         last: CallResult | None = None
+        refused = self.wire.refuses(item.options)
+        if refused is not None:  # never admitted: no capacity spent on a call not sent
+            return SolveResult(item.key, "failed", error=refused, retryable=False)
         tokens = count_input_tokens(item.prompt)
+        if item.options and "system" in item.options:  # the system message is input too
+            tokens += count_input_tokens(str(item.options["system"]))
         cap = self._output_cap(item)
         while errors < self.settings.max_errors and limited < self.settings.max_rate_limited:
             # With an output cap the call cannot exceed input + cap: reserve exactly that.
@@ -232,13 +241,13 @@ class Solver:
         self.progress.live.add(lease_id)
         self.progress.calling += 1
         try:
-            if self.settings.batch_size > 1:
+            if self.settings.batch_size > 1 and self.wire.batches:
                 result = await self.batcher.call(model, item.prompt, lease_id,
                                                  self._output_cap(item))
             else:
                 result = await call_single(
                     self.http, self.backend, model=model, prompt=item.prompt,
-                    max_output_tokens=self._output_cap(item),
+                    max_output_tokens=self._output_cap(item), options=item.options,
                     on_sent=lambda: self.stamps.mark(lease_id))
         finally:
             self.progress.live.discard(lease_id)

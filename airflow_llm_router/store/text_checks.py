@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from airflow_llm_router.exceptions import TaskValidationError
+from airflow_llm_router.llm_call import METADATA_KEY, check_call_options
 
 #: Largest metadata dict of one task, as compact JSON (characters).
 MAX_METADATA_CHARS = 65_536
@@ -53,9 +54,12 @@ def validate_metadata(metadata: object, count: int) -> list[str]:
 
 def metadata_json(field: str, value: object) -> str:
     """One task's metadata dict as compact JSON, refused (naming ``field``) if jsonb cannot
-    hold it as given or it is over :data:`MAX_METADATA_CHARS`."""
+    hold it as given or it is over :data:`MAX_METADATA_CHARS`, or if its call options
+    (``llm_call``, :mod:`airflow_llm_router.llm_call`) are not ones a protocol can send."""
     if not isinstance(value, Mapping):
         raise TaskValidationError(field, f"must be a dict, got {type(value).__name__}")
+    if METADATA_KEY in value:
+        check_call_options(value[METADATA_KEY], f"{field}.{METADATA_KEY}")
     if problem := _json_problem(value, "", 0):
         raise TaskValidationError(field, problem)
     try:

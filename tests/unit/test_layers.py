@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "airflow_llm_router"
 #: top-level package or module of ``airflow_llm_router`` -> layer (0 = foundation)
 LAYERS: dict[str, int] = {
     "__init__": 0, "exceptions": 0, "names": 0, "tokens": 0, "coalesce": 0, "pg": 0, "cli": 0,
+    "llm_call": 0,
     "get_provider_info": 0,
     "engine": 1, "store": 1, "backend": 1,
     "quotas": 2, "metrics": 2,

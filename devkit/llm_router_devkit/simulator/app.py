@@ -1,4 +1,5 @@
-"""HTTP face of the simulator: the Models Backend's ``/single`` and ``/batch``, plus measurement.
+"""HTTP face of the simulator: the Models Backend's ``/single`` and ``/batch``, plus measurement
+(OpenAI's and Anthropic's faces of the same provider: :mod:`.faces`).
 
 Handlers are ``async`` and run on one event loop, so the synchronous admission in
 :class:`~llm_router_devkit.simulator.provider.SimulatedBackend` is atomic without locks.
@@ -7,16 +8,17 @@ Handlers are ``async`` and run on one event loop, so the synchronous admission i
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import JSONResponse, Response
 
 from llm_router_devkit.simulator import protocol as p
+from llm_router_devkit.simulator.faces import faces
+from llm_router_devkit.simulator.http_parts import Backend, cut_json
 from llm_router_devkit.simulator.limits import retry_after_header
 from llm_router_devkit.simulator.profile import SimulatorProfile
 from llm_router_devkit.simulator.provider import (
@@ -51,24 +53,10 @@ def _rejection_response(rejection: Rejection, said: dict[str, str]) -> JSONRespo
     return JSONResponse(_rejection_body(rejection), status_code=429, headers=headers)
 
 
-def _cut_json(body: dict[str, Any]) -> Response:
-    """A 200 carrying the first half of ``body``'s JSON: never parseable, as a dropped
-    connection behind a proxy leaves it (the length header matches what is sent)."""
-    raw = json.dumps(body).encode()
-    return Response(raw[: len(raw) // 2], status_code=200, media_type="application/json")
-
-
 def _unknown_model(model: str) -> JSONResponse:
     body = {p.ERROR: p.ERR_UNKNOWN_MODEL, p.MODEL: model, p.DETAIL: f"unknown model {model!r}"}
     return JSONResponse(body, status_code=404)
 
-
-def _backend(request: Request) -> SimulatedBackend:
-    backend: SimulatedBackend = request.app.state.backend
-    return backend
-
-
-Backend = Annotated[SimulatedBackend, Depends(_backend)]
 
 # One router per resource: the backend's own API, measurement, and run-time limits.
 calls = APIRouter(tags=["models backend"])
@@ -98,7 +86,7 @@ async def single(request: p.SingleRequest, backend: Backend) -> Response:
         return _rejection_response(admission, said)
     outcome = await backend.run(admission)
     if outcome.truncated:
-        return _cut_json(outcome.body)
+        return cut_json(outcome.body)
     return JSONResponse(outcome.body, status_code=outcome.status, headers=said)
 
 
@@ -155,7 +143,7 @@ async def batch(request: p.BatchRequest, backend: Backend) -> dict[str, Any] | R
         for (_, admission), outcome in zip(running, outcomes, strict=True):
             if outcome.status == 200 and not outcome.truncated:
                 backend.lost_with_batch(admission)
-        return _cut_json({p.RESULTS: results})
+        return cut_json({p.RESULTS: results})
     return JSONResponse({p.RESULTS: results}, headers=said)
 
 
@@ -226,6 +214,6 @@ def create_app(
         version="1",
     )
     app.state.backend = SimulatedBackend(profile, clock=clock)
-    for router in (calls, measurement, limits):
+    for router in (calls, faces, measurement, limits):
         app.include_router(router)
     return app

@@ -176,23 +176,30 @@ class ModelLimiter:
         peaks.concurrency = max(peaks.concurrency, len(self._in_flight))
         return Decision(accepted=True, call_id=call_id)
 
+    def headroom_numbers(self, now: float) -> dict[str, tuple[int, int, float]]:
+        """For ``"requests"`` and ``"tokens"`` (only the limits the model has): the limit,
+        what remains of it in the window at ``now``, and seconds until one more fits."""
+        accepted = self._accepted
+        accepted.evict(now)
+        out: dict[str, tuple[int, int, float]] = {}
+        rpm, tpm = self.limits.rpm, self.limits.tpm
+        if rpm is not None:
+            out["requests"] = (rpm, max(0, rpm - len(accepted)),
+                               accepted.wait_for_count(now, rpm))
+        if tpm is not None:
+            out["tokens"] = (tpm, max(0, tpm - accepted.tokens),
+                             accepted.wait_for_tokens(now, tpm, 1))
+        return out
+
     def headroom(self, now: float) -> dict[str, str]:
         """Rate-limit headers as OpenAI-style providers send them, for the window at ``now``:
         limit, remaining, and time until one more fits (``"0.25s"``), for requests and
         tokens (only the limits the model has)."""
-        accepted = self._accepted
-        accepted.evict(now)
         out: dict[str, str] = {}
-        rpm, tpm = self.limits.rpm, self.limits.tpm
-        if rpm is not None:
-            out["x-ratelimit-limit-requests"] = str(rpm)
-            out["x-ratelimit-remaining-requests"] = str(max(0, rpm - len(accepted)))
-            out["x-ratelimit-reset-requests"] = f"{accepted.wait_for_count(now, rpm):.3f}s"
-        if tpm is not None:
-            out["x-ratelimit-limit-tokens"] = str(tpm)
-            out["x-ratelimit-remaining-tokens"] = str(max(0, tpm - accepted.tokens))
-            out["x-ratelimit-reset-tokens"] = \
-                f"{accepted.wait_for_tokens(now, tpm, 1):.3f}s"
+        for kind, (limit, remaining, reset_s) in self.headroom_numbers(now).items():
+            out[f"x-ratelimit-limit-{kind}"] = str(limit)
+            out[f"x-ratelimit-remaining-{kind}"] = str(remaining)
+            out[f"x-ratelimit-reset-{kind}"] = f"{reset_s:.3f}s"
         return out
 
     def release(self, call_id: int) -> None:

@@ -14,7 +14,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_router_devkit.simulator import protocol as p
@@ -92,7 +92,8 @@ class SimulatedBackend:
         self.counters = {m.name: ModelCounters() for m in profile.models}
         # (model, prompt digest) -> accepted attempts so far; drives deterministic faults.
         self._attempts: dict[tuple[str, bytes], int] = {}
-        self.calls = {"single": 0, "batch": 0, "batch_items": 0}
+        self.calls = {"single": 0, "batch": 0, "batch_items": 0, "chat_completions": 0,
+                      "messages": 0}
 
     def arrival_delay_s(self, now: float) -> float:
         """The delay the profile's arrival jitter gives a call reaching the simulator at
@@ -114,22 +115,37 @@ class SimulatedBackend:
 
     def limit_headers(self, model: str, received_ms: float) -> dict[str, str]:
         """What the provider says after an arrival: when it was counted, and its limits'
-        headroom if the profile asks for rate-limit headers."""
+        headroom if the profile asks for rate-limit headers (OpenAI's spelling)."""
         out = {"x-received-ms": f"{received_ms:.1f}"}
         if self.profile.rate_limit_headers and model in self.limiters:
             out.update(self.limiters[model].headroom(self.clock()))
         return out
 
+    def headroom(self, model: str) -> dict[str, tuple[int, int, float]]:
+        """A model's limit, remaining and seconds to the next room, for ``"requests"`` and
+        ``"tokens"``, if the profile asks for rate-limit headers (else nothing): for a face
+        that spells its headers its own way."""
+        if not self.profile.rate_limit_headers or model not in self.limiters:
+            return {}
+        return self.limiters[model].headroom_numbers(self.clock())
+
     # -- calls ---------------------------------------------------------------------------
 
     def admit(
-        self, model: str, prompt: str, max_output_tokens: int | None = None
+        self, model: str, prompt: str, max_output_tokens: int | None = None,
+        extra_input_tokens: int = 0,
     ) -> Admission | Rejection:
-        """Decide at arrival whether the provider takes this call (raises UnknownModelError)."""
+        """Decide at arrival whether the provider takes this call (raises UnknownModelError).
+
+        :param extra_input_tokens: input beyond the prompt (a system message), charged but
+            not part of the draw: a prompt costs and lasts the same on every face.
+        """
         spec = self._models.get(model)
         if spec is None:
             raise UnknownModelError(model)
         d = draw(self.profile, spec, prompt, max_output_tokens)
+        if extra_input_tokens:
+            d = replace(d, input_tokens=d.input_tokens + extra_input_tokens)
         attempt_key = (model, d.key)
         attempt = self._attempts.get(attempt_key, 0)
         fault = draw_fault(self.profile, d.key, attempt)

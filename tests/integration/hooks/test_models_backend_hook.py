@@ -44,7 +44,7 @@ def test_a_full_url_in_host_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"timeout_s": 0}, r"extra\.timeout_s: Input should be greater than 0"),
         ({"headers": "Bearer x"}, r"extra\.headers: give a JSON object"),
         ({"max_output_token": 5}, r"extra\.max_output_token: not a setting of a "
-                                  r"models_backend connection; use headers, fields, "),
+                                  r"models_backend connection; use protocol, headers, fields, "),
         ({"rate_limit_headers": "maybe"}, r"extra\.rate_limit_headers: Input should be a "
                                           r"valid boolean"),
     ],
@@ -76,3 +76,47 @@ def test_connection_test_reports_an_unreachable_backend(
 ) -> None:
     ok, message = _hook(monkeypatch, host="http://127.0.0.1:1").test_connection()
     assert not ok and "cannot reach http://127.0.0.1:1" in message
+
+
+@pytest.mark.parametrize(
+    ("protocol", "extra", "auth"),
+    [
+        ("models_backend", {}, {"Authorization": "Bearer key-1"}),
+        ("openai", {"max_tokens_field": "max_completion_tokens"},
+         {"Authorization": "Bearer key-1"}),
+        ("anthropic", {"max_output_tokens": 1024}, {"x-api-key": "key-1"}),
+    ],
+)
+def test_the_protocol_picks_how_the_key_is_sent(monkeypatch: pytest.MonkeyPatch, protocol: str,
+                                              extra: dict[str, Any],
+                                              auth: dict[str, str]) -> None:
+    config = _hook(monkeypatch, host="https://api.example.com/v1", password="key-1",
+                   extra={"protocol": protocol, **extra}).get_config()
+    assert (config.protocol, config.headers) == (protocol, auth)
+    assert config.single_path is None  # the protocol's own path
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"protocol": "grpc"}, r"extra\.protocol: is 'grpc'; give one of models_backend, "
+                               r"openai, anthropic"),
+        ({"protocol": ["openai"]}, r"extra\.protocol: is \['openai'\]; give one of "),
+        ({"protocol": "anthropic"}, r"extra\.max_output_tokens: required by the anthropic "
+                                    r"protocol"),
+        ({"protocol": "openai", "fields": {"answer": "text"}},
+         r"extra\.fields: only the models_backend protocol takes it; this connection's "
+         r"protocol is openai: remove it"),
+        ({"max_tokens_field": "max_completion_tokens"},
+         r"extra\.max_tokens_field: only the openai protocol takes it"),
+        ({"protocol": "openai", "max_tokens_field": "max_output"},
+         r"extra\.max_tokens_field: Input should be 'max_tokens' or 'max_completion_tokens'"),
+    ],
+)
+def test_a_bad_protocol_setting_is_named_with_its_fix(monkeypatch: pytest.MonkeyPatch,
+                                                      extra: dict[str, Any],
+                                                      message: str) -> None:
+    hook = _hook(monkeypatch, host="http://backend", password="tok-secret", extra=extra)
+    with pytest.raises(ConnectionConfigError, match=message) as raised:
+        hook.get_config()
+    assert "tok-secret" not in str(raised.value)

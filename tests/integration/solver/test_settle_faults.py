@@ -91,7 +91,7 @@ async def test_an_answer_with_bad_usage_is_solved_and_counted_at_its_estimate(
     assert m.tokens >= sum(count_input_tokens(p) + CAP for p in prompts), m
     assert all(r.input_tokens is None and r.output_tokens is None for r in results)
     warned = [r.getMessage() for r in caplog.records
-              if r.name == "airflow_llm_router.backend.calls"]
+              if r.name == "airflow_llm_router.backend.protocols.base"]
     assert len(warned) == len(prompts), warned
     assert sum("usage.input_tokens is -5," in w for w in warned) == 10, warned
     assert sum("usage.output_tokens is True," in w for w in warned) == 10, warned

@@ -135,7 +135,8 @@ def test_batch_waits_for_the_slowest_and_reports_each_item(serve: ServeFactory) 
     assert set(results["a"]) == {"id", "status", "answer", "usage", "latency_s"}
     assert results["d"]["error"] == "rate_limited" and results["d"]["retry_after_s"] > 0
     stats = httpx.get(f"{sim.url}/stats").json()
-    assert stats["calls"] == {"single": 0, "batch": 1, "batch_items": 5}
+    assert stats["calls"] == {"single": 0, "batch": 1, "batch_items": 5, "chat_completions": 0,
+                              "messages": 0}
     assert stats["models"]["scarce"]["violations"]["rpm"] == 1
 
 
