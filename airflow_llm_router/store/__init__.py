@@ -1,9 +1,21 @@
-"""The PostgreSQL task store: the backlog of LLM tasks, claimed in fenced chunks."""
+"""The PostgreSQL task store: the backlog of LLM tasks, claimed in fenced chunks.
+
+:class:`TaskStore` holds its parts (``connection``, ``ingestion``, ``claims``, ``admin``);
+the records it takes and answers are exported here with it.
+"""
 
 from __future__ import annotations
 
 from airflow_llm_router.exceptions import TaskValidationError
-from airflow_llm_router.store.models import (
+from airflow_llm_router.store.backlog_records import (
+    BacklogSummary,
+    DeadFilter,
+    DeadPage,
+    DeadTask,
+    Requeued,
+    RequeueRecord,
+)
+from airflow_llm_router.store.records import (
     BULK,
     CLAIMED,
     DEAD,
@@ -12,14 +24,10 @@ from airflow_llm_router.store.models import (
     PRIORITIES,
     SOLVED,
     STATUSES,
-    BacklogSummary,
     ClaimedTask,
     ClaimsInProgress,
-    DeadFilter,
-    DeadPage,
-    DeadTask,
-    Requeued,
-    RequeueRecord,
+    Enqueued,
+    NewTask,
     TaskFailure,
     TaskResult,
     TaskRow,
@@ -43,6 +51,8 @@ __all__ = [
     "DeadFilter",
     "DeadPage",
     "DeadTask",
+    "Enqueued",
+    "NewTask",
     "RequeueRecord",
     "Requeued",
     "TaskFailure",

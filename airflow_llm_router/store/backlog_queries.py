@@ -1,7 +1,7 @@
 """The SQL of the operators' view of the backlog: summary, dead letters, requeue and its log.
 
 Kept apart from :mod:`.queries` (the claim cycle's statements): these run only when a person
-or the API asks, and are composed on first use (:class:`~.backlog_admin.BacklogAdmin`).
+or the API asks, and are composed on first use (:class:`~.admin.BacklogAdmin`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from airflow_llm_router.pg import TableNames
 
 def requeue_log_table(names: TableNames) -> sql.Identifier:
     """``<schema>.<table>_requeues``: who requeued which dead tasks, when (the audit of
-    :meth:`TaskStore.requeue`), named by the index rule so a long table name still fits."""
+    :meth:`BacklogAdmin.requeue`), named by the index rule so a long table name still fits."""
     name = f"{names.table}_requeues"
     if len(name) > 63:  # PostgreSQL would cut it silently: keep a digest of the full name
         name = f"{names.table[:44]}_{hashlib.sha1(names.table.encode()).hexdigest()[:8]}_requeues"

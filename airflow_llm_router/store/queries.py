@@ -15,19 +15,24 @@ from psycopg import sql
 
 from airflow_llm_router.pg import TableNames
 
-#: Columns of a claimed task, in :class:`~airflow_llm_router.store.models.ClaimedTask` order.
+#: Columns of a claimed task, in :class:`~airflow_llm_router.store.records.ClaimedTask` order.
 CLAIMED_COLUMNS = (
     "t.id, t.prompt, t.kind, t.priority, t.allowed_models, t.attempts, t.max_attempts, "
     "t.claim_token::text, t.metadata, t.on_budget"
 )
 
-#: Columns of a full row, in :class:`~airflow_llm_router.store.models.TaskRow` order.
+#: Columns of a full row, in :class:`~airflow_llm_router.store.records.TaskRow` order.
 ROW_COLUMNS = (
     "t.id, t.prompt, t.kind, t.priority, t.allowed_models, t.status, t.attempts, "
     "t.max_attempts, t.claim_token::text, t.claimed_by, t.claim_expires_at, t.answer, t.model, "
     "t.input_tokens, t.output_tokens, t.last_error, t.created_at, t.updated_at, t.solved_at, "
     "t.metadata, t.on_budget"
 )
+
+#: Most expired claims one reclaim statement returns to pending (or dead-letters), for the
+#: claim cycle and the watcher alike; a claim of ``n`` returns at least ``n``, the next
+#: call returns more.
+RECLAIM_BATCH = 1000
 
 _CLEAR_CLAIM = "claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, updated_at = now()"
 

@@ -24,11 +24,10 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from airflow_llm_router.pg import TableNames
-from airflow_llm_router.store.models import Reclaimed
-from airflow_llm_router.store.queries import Queries
+from airflow_llm_router.store.queries import RECLAIM_BATCH, Queries
+from airflow_llm_router.store.records import Reclaimed
 
-__all__ = ["APPLICATION_NAME", "EXPIRY_CHECK_S", "EXPIRY_GRACE_S", "RECLAIM_BATCH",
-           "BacklogWatch"]
+__all__ = ["APPLICATION_NAME", "EXPIRY_CHECK_S", "EXPIRY_GRACE_S", "BacklogWatch"]
 
 #: How a watcher's session shows in ``pg_stat_activity``.
 APPLICATION_NAME = "llm_router_backlog_watch"
@@ -40,10 +39,6 @@ EXPIRY_GRACE_S = 0.05
 #: The longest a waiting watcher goes without re-reading the earliest claim expiry: claims
 #: are not announced, so one taken after it looked is seen within this time.
 EXPIRY_CHECK_S = 5.0
-
-#: Most expired claims one pass returns (as ``TaskStore``'s).
-RECLAIM_BATCH = 1000
-
 
 class BacklogWatch:
     """LISTEN on a task store's channel and read its backlog, for async code.
@@ -104,7 +99,7 @@ class BacklogWatch:
 
     async def reclaim(self) -> int:
         """Return expired claims to pending and announce them to the other listeners (as
-        :meth:`TaskStore.reclaim`); how many came back."""
+        :meth:`ClaimCycle.reclaim`); how many came back."""
         conn = self._connection()
         try:
             async with conn.transaction():

@@ -1,8 +1,8 @@
 """The backlog: the task store's counts, throughput and ETA, its dead letters, and their
 requeue (writers only, logged with the caller's name like a quota change).
 
-Reads and writes go through :class:`~airflow_llm_router.store.TaskStore`
-(``backlog_summary``, ``dead_tasks``, ``requeue``, ``requeue_log``), which bounds every
+Reads and writes go through the task store's admin part (``store.admin``:
+``backlog_summary``, ``dead_tasks``, ``requeue``, ``requeue_log``), which bounds every
 query; these routes only check who asks and translate errors: a bad argument is a 422
 naming the field, an unreachable or unconfigured task store a 503. ``POST /tasks/requeue``
 moves dead-lettered tasks back to pending, by ids or by a filter (bounded per call,
@@ -19,10 +19,10 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request, status
 from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE
-from airflow_llm_router.store.dead_letters import MAX_ERROR_FILTER_CHARS
-from airflow_llm_router.store.models import (
+from airflow_llm_router.store.backlog_records import (
     DEAD_OFFSET_MAX,
     DEAD_PAGE_MAX,
+    MAX_ERROR_FILTER_CHARS,
     DeadFilter,
     RequeueRecord,
 )
@@ -61,7 +61,7 @@ def _query_refusal(err: TaskValidationError) -> HTTPException:
 @router.get("/backlog", summary="Tasks per status and priority, oldest pending age, "
             "throughput over the last 5 minutes and the ETA of what remains")
 async def backlog(request: Request, _: Reader, store: Store) -> BacklogView:
-    summary = await store.run(store.store.backlog_summary)
+    summary = await store.run(store.store.admin.backlog_summary)
     capacity = await _capacity_per_s(request.app.state.router, summary.remaining)
     eta = (round(summary.remaining / capacity, 1)
            if capacity and summary.remaining else None)
@@ -97,7 +97,7 @@ async def dead(_: Reader, store: Store,
     matching = DeadFilter(kind=kind, model=model, error_contains=error)
 
     def read() -> Any:
-        return store.store.dead_tasks(limit=limit, offset=offset, matching=matching)
+        return store.store.admin.dead_tasks(limit=limit, offset=offset, matching=matching)
 
     try:
         page = await store.run(read)
@@ -118,8 +118,8 @@ async def requeue(body: Annotated[RequeueBody, Body(openapi_examples=REQUEUE_EXA
         **body.matching.model_dump(exclude_none=True))
 
     def move() -> Any:
-        return store.store.requeue(body.ids, matching=matching, actor=caller.name,
-                                   source=REQUEUE_SOURCE)
+        return store.store.admin.requeue(body.ids, matching=matching, actor=caller.name,
+                                         source=REQUEUE_SOURCE)
 
     try:
         done = await store.run(move)
@@ -132,6 +132,6 @@ async def requeue(body: Annotated[RequeueBody, Body(openapi_examples=REQUEUE_EXA
 async def requeues(_: Reader, store: Store,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 20) -> list[RequeueRecord]:
     try:
-        return await store.run(store.store.requeue_log, limit)
+        return await store.run(store.store.admin.requeue_log, limit)
     except TaskValidationError as err:
         raise _query_refusal(err) from err

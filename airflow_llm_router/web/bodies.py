@@ -17,8 +17,7 @@ from airflow_llm_router.engine.quota import (
     RouterBudget,
 )
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE
-from airflow_llm_router.store.dead_letters import MAX_ERROR_FILTER_CHARS
-from airflow_llm_router.store.models import REQUEUE_MAX, DeadTask
+from airflow_llm_router.store.backlog_records import MAX_ERROR_FILTER_CHARS, REQUEUE_MAX, DeadTask
 
 #: Largest task id (PostgreSQL bigint).
 MAX_TASK_ID = 2**63 - 1

@@ -11,7 +11,7 @@ the tasks the first one made and adds nothing, also when the retries race.
 Limits: at most :data:`MAX_TASKS_PER_POST` tasks and :data:`MAX_BODY_BYTES` bytes per POST
 (413 naming ``body`` before anything is read further: :data:`BODY_LIMITS`, enforced by the
 app's ``BodyLimit`` middleware), the store's own prompt limit
-(``max_prompt_chars``) and everything else :mod:`airflow_llm_router.store.validation`
+(``max_prompt_chars``) and everything else :mod:`airflow_llm_router.store.task_checks`
 refuses: 422 naming the field (``tasks.3.prompt``), and nothing of the POST is written.
 ``GET /tasks/{id}`` answers the task's state without its prompt unless asked
 (``?include_prompt=true``); error messages never quote a prompt. Dead letters and their
@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE
-from airflow_llm_router.store.ingest import NewTask
-from airflow_llm_router.store.validation import (
+from airflow_llm_router.store.records import NewTask
+from airflow_llm_router.store.task_checks import (
     MAX_ALLOWED_MODELS,
     MAX_ATTEMPTS,
     MAX_IDEMPOTENCY_KEY_CHARS,

@@ -39,7 +39,7 @@ def test_drain_solves_backlog_within_quotas(
         assert _run_drain(pg_schema) == "success"
         stats = httpx.get(sim.url + "/stats").json()
     assert store.counts() == {"pending": 0, "claimed": 0, "solved": 400, "dead": 0}
-    with store._transaction() as conn:
+    with store.connection.transaction() as conn:
         rows = conn.execute(
             f'SELECT model, answer FROM "{pg_schema}".tasks').fetchall()
     assert all(answer for _, answer in rows)

@@ -28,7 +28,7 @@ def test_one_postgres_connection_serves_the_provider_hook_and_both_stores(
         store.migrate()
         (task_id,) = store.enqueue(["one prompt"])
         # the libpq settings of the extra reach the store's sessions
-        with store._transaction() as session:
+        with store.connection.transaction() as session:
             row = session.execute("SELECT current_setting('application_name')").fetchone()
         assert row == ("llmr-shared",)
     seen = PostgresHook(postgres_conn_id="shared_pg").get_records(

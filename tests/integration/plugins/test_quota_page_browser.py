@@ -353,7 +353,7 @@ def test_backlog_panel_shows_dead_tasks_and_requeues_them_until_solved(
     for task_id in [*timeouts, overloaded[0]]:
         row_ = tasks.get(task_id)
         assert row_ is not None and row_.status == "solved"
-    log = tasks.requeue_log()
+    log = tasks.admin.requeue_log()
     assert [(e.actor, e.requeued) for e in log] == [("op", 1), ("op", 2)]
     shown = wait(browser, "the requeue log", lambda d: d.execute_script(
         "const r = [...document.querySelectorAll('#requeues tbody tr')].map(t => t.innerText);"

@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from airflow_llm_router.store import DeadFilter, TaskStore, TaskValidationError
-from airflow_llm_router.store import models as store_models
+from airflow_llm_router.store import backlog_records as store_models
 
 
 def _kill(store: TaskStore, n: int, *, error: str = "boom", **enqueue: object) -> list[int]:
@@ -36,7 +36,7 @@ def listener(store: TaskStore, pg_dsn: str) -> Iterator[psycopg.Connection[objec
 
 
 def test_empty_backlog_summary(store: TaskStore) -> None:
-    doc = store.backlog_summary().to_dict()
+    doc = store.admin.backlog_summary().to_dict()
     assert doc["totals"] == {"pending": 0, "claimed": 0, "solved": 0, "dead": 0}
     assert doc["counts"]["pending"] == {"hot": 0, "bulk": 0}
     assert doc["oldest_pending_age_s"] is None
@@ -55,7 +55,7 @@ def test_summary_counts_by_status_and_lane_with_age_throughput_and_eta(
     _sql(pg_dsn, sql.SQL("UPDATE {} SET created_at = now() - interval '120 seconds' "
                          "WHERE id = %s").format(tasks).as_string(None), bulk[0])
 
-    summary = store.backlog_summary()
+    summary = store.admin.backlog_summary()
     assert summary.counts == {"pending": {"hot": 0, "bulk": 3}, "claimed": {"hot": 1, "bulk": 0},
                               "solved": {"hot": 1, "bulk": 0}, "dead": {"hot": 1, "bulk": 0}}
     assert summary.oldest_pending_age_s is not None
@@ -69,7 +69,7 @@ def test_summary_counts_by_status_and_lane_with_age_throughput_and_eta(
     # a solve older than the throughput window no longer counts: no rate, no ETA
     _sql(pg_dsn, sql.SQL("UPDATE {} SET solved_at = now() - interval '301 seconds' "
                          "WHERE id = %s").format(tasks).as_string(None), first.id)
-    later = store.backlog_summary()
+    later = store.admin.backlog_summary()
     assert later.solved_recently == 0 and later.eta_s is None
     assert later.counts["solved"]["hot"] == 1
 
@@ -77,7 +77,7 @@ def test_summary_counts_by_status_and_lane_with_age_throughput_and_eta(
 def test_counts_stop_at_the_cap(store: TaskStore, monkeypatch: pytest.MonkeyPatch) -> None:
     store.enqueue([f"p{i}" for i in range(7)])
     monkeypatch.setattr(store_models, "COUNT_CAP", 5)
-    summary = store.backlog_summary()
+    summary = store.admin.backlog_summary()
     assert summary.counts["pending"]["bulk"] == 5 and summary.capped == ("pending",)
 
 
@@ -91,10 +91,10 @@ def test_dead_list_newest_first_paged_filtered_and_without_prompts(
     _sql(pg_dsn, sql.SQL("UPDATE {} SET updated_at = now() - interval '1 hour' "
                          "WHERE id = ANY(%s)").format(tasks).as_string(None), old)
 
-    page = store.dead_tasks(limit=2)
+    page = store.admin.dead_tasks(limit=2)
     assert page.total == 5 and not page.total_capped
     assert [t.id for t in page.tasks] == sorted(new, reverse=True)[:2]
-    rest = store.dead_tasks(limit=2, offset=2)
+    rest = store.admin.dead_tasks(limit=2, offset=2)
     assert [t.id for t in rest.tasks] == [min(new), *sorted(old, reverse=True)][:2]
 
     cut = page.tasks[0]
@@ -103,14 +103,14 @@ def test_dead_list_newest_first_paged_filtered_and_without_prompts(
     assert "prompt" not in doc and "secret" not in str(doc)
     assert doc["kind"] == "classify" and doc["attempts"] == 1 and doc["priority"] == "bulk"
 
-    by_kind = store.dead_tasks(matching=DeadFilter(kind="summarise"))
+    by_kind = store.admin.dead_tasks(matching=DeadFilter(kind="summarise"))
     assert sorted(t.id for t in by_kind.tasks) == old and by_kind.total == 2
-    by_model = store.dead_tasks(matching=DeadFilter(model="gpt-a"))
+    by_model = store.admin.dead_tasks(matching=DeadFilter(model="gpt-a"))
     assert sorted(t.id for t in by_model.tasks) == old
     assert by_model.tasks[0].allowed_models == ("gpt-a",)
-    by_error = store.dead_tasks(matching=DeadFilter(error_contains="http 500"))
+    by_error = store.admin.dead_tasks(matching=DeadFilter(error_contains="http 500"))
     assert sorted(t.id for t in by_error.tasks) == old
-    assert store.dead_tasks(matching=DeadFilter(error_contains="%")).total == 0
+    assert store.admin.dead_tasks(matching=DeadFilter(error_contains="%")).total == 0
 
 
 def test_requeue_by_ids_resets_attempts_keeps_the_error_logs_and_notifies(
@@ -119,7 +119,7 @@ def test_requeue_by_ids_resets_attempts_keeps_the_error_logs_and_notifies(
     alive = store.enqueue(["alive"])
     list(listener.notifies(timeout=0.5))  # drain what enqueue and claims sent
 
-    result = store.requeue([dead[0], dead[1], alive[0], 999_999], actor="alice", source="api")
+    result = store.admin.requeue([dead[0], dead[1], alive[0], 999_999], actor="alice", source="api")
     assert result.ids == dead[:2] and result.skipped == sorted([alive[0], 999_999])
     assert result.remaining == 0
     received = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
@@ -131,11 +131,11 @@ def test_requeue_by_ids_resets_attempts_keeps_the_error_logs_and_notifies(
     still = store.get(dead[2])
     assert still is not None and still.status == "dead"
 
-    (entry,) = store.requeue_log()
+    (entry,) = store.admin.requeue_log()
     assert (entry.actor, entry.source, entry.requeued, entry.skipped) == ("alice", "api", 2, 2)
     assert entry.request == {"ids": sorted([*dead[:2], alive[0], 999_999])}
     # requeuing them again does nothing: they are no longer dead
-    again = store.requeue(dead[:2], actor="alice")
+    again = store.admin.requeue(dead[:2], actor="alice")
     assert again.ids == [] and again.skipped == dead[:2]
 
 
@@ -145,14 +145,16 @@ def test_requeue_by_filter_is_capped_and_says_how_many_remain(
     others = _kill(store, 2, error="HTTP 400", kind="k1")
     monkeypatch.setattr(store_models, "REQUEUE_MAX", 3)
 
-    first = store.requeue(matching=DeadFilter(kind="k1", error_contains="TIMEOUT"), actor="bob")
+    first = store.admin.requeue(matching=DeadFilter(kind="k1", error_contains="TIMEOUT"),
+                                actor="bob")
     assert first.ids == timeouts[:3] and first.remaining == 2  # oldest first
-    second = store.requeue(matching=DeadFilter(kind="k1", error_contains="timeout"), actor="bob")
+    second = store.admin.requeue(matching=DeadFilter(kind="k1", error_contains="timeout"),
+                                 actor="bob")
     assert second.ids == timeouts[3:] and second.remaining == 0
-    assert store.backlog_summary().counts["dead"]["bulk"] == len(others)
-    everything = store.requeue(matching=DeadFilter(), actor="bob")
+    assert store.admin.backlog_summary().counts["dead"]["bulk"] == len(others)
+    everything = store.admin.requeue(matching=DeadFilter(), actor="bob")
     assert everything.ids == others and everything.remaining == 0
-    log = store.requeue_log(limit=5)
+    log = store.admin.requeue_log(limit=5)
     assert [e.requeued for e in log] == [2, 2, 3]
     assert log[-1].request == {"matching": {"kind": "k1", "error": "TIMEOUT"}}
 
@@ -163,7 +165,7 @@ def test_a_requeued_task_solves_through_the_claim_cycle_and_old_claims_stay_fenc
     (old,) = store.claim(1, worker_id="w1", claim_ttl_s=30)
     # max_attempts=1: no attempt left, so the failure dead-letters it
     assert store.fail(old.id, old.claim_token, error="first try failed") == "dead"
-    assert store.requeue([task_id], actor="ops").ids == [task_id]
+    assert store.admin.requeue([task_id], actor="ops").ids == [task_id]
 
     # the first attempt's worker, late, can no longer write
     assert not store.complete(task_id, old.claim_token, answer="late", model="m")
@@ -173,27 +175,27 @@ def test_a_requeued_task_solves_through_the_claim_cycle_and_old_claims_stay_fenc
     assert store.complete(task_id, new.claim_token, answer="fine", model="m")
     row = store.get(task_id)
     assert row is not None and (row.status, row.answer, row.attempts) == ("solved", "fine", 1)
-    assert store.backlog_summary().counts["solved"]["bulk"] == 1
+    assert store.admin.backlog_summary().counts["solved"]["bulk"] == 1
 
 
 @pytest.mark.parametrize(("call", "field"), [
-    (lambda s: s.dead_tasks(limit=0), "limit"),
-    (lambda s: s.dead_tasks(limit=501), "limit"),
-    (lambda s: s.dead_tasks(offset=-1), "offset"),
-    (lambda s: s.dead_tasks(matching=DeadFilter(kind="")), "kind"),
-    (lambda s: s.dead_tasks(matching=DeadFilter(model="bad name")), "model"),
-    (lambda s: s.dead_tasks(matching=DeadFilter(error_contains="")), "error_contains"),
-    (lambda s: s.dead_tasks(matching=DeadFilter(error_contains="x\x00")), "error_contains"),
-    (lambda s: s.requeue([], actor="a"), "ids"),
-    (lambda s: s.requeue(["1"], actor="a"), "ids[0]"),
-    (lambda s: s.requeue([1, True], actor="a"), "ids[1]"),
-    (lambda s: s.requeue([1, 2**63], actor="a"), "ids[1]"),  # past a bigint
-    (lambda s: s.requeue(list(range(1, 10_002)), actor="a"), "ids"),
-    (lambda s: s.requeue(actor="a"), "ids"),
-    (lambda s: s.requeue([1], matching=DeadFilter(), actor="a"), "ids"),
-    (lambda s: s.requeue([1], actor=""), "actor"),
-    (lambda s: s.requeue(matching={"kind": "k"}, actor="a"), "matching"),
-    (lambda s: s.requeue_log(limit=0), "limit"),
+    (lambda s: s.admin.dead_tasks(limit=0), "limit"),
+    (lambda s: s.admin.dead_tasks(limit=501), "limit"),
+    (lambda s: s.admin.dead_tasks(offset=-1), "offset"),
+    (lambda s: s.admin.dead_tasks(matching=DeadFilter(kind="")), "kind"),
+    (lambda s: s.admin.dead_tasks(matching=DeadFilter(model="bad name")), "model"),
+    (lambda s: s.admin.dead_tasks(matching=DeadFilter(error_contains="")), "error_contains"),
+    (lambda s: s.admin.dead_tasks(matching=DeadFilter(error_contains="x\x00")), "error_contains"),
+    (lambda s: s.admin.requeue([], actor="a"), "ids"),
+    (lambda s: s.admin.requeue(["1"], actor="a"), "ids[0]"),
+    (lambda s: s.admin.requeue([1, True], actor="a"), "ids[1]"),
+    (lambda s: s.admin.requeue([1, 2**63], actor="a"), "ids[1]"),  # past a bigint
+    (lambda s: s.admin.requeue(list(range(1, 10_002)), actor="a"), "ids"),
+    (lambda s: s.admin.requeue(actor="a"), "ids"),
+    (lambda s: s.admin.requeue([1], matching=DeadFilter(), actor="a"), "ids"),
+    (lambda s: s.admin.requeue([1], actor=""), "actor"),
+    (lambda s: s.admin.requeue(matching={"kind": "k"}, actor="a"), "matching"),
+    (lambda s: s.admin.requeue_log(limit=0), "limit"),
 ])
 def test_bad_arguments_name_the_field_and_change_nothing(store: TaskStore, call: object,
                                                          field: str) -> None:

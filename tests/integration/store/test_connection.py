@@ -10,9 +10,9 @@ from airflow_llm_router.store import TaskStore
 
 def test_connection_is_lazy_and_reopens_after_close(pg_dsn: str, pg_schema: str) -> None:
     store = TaskStore(pg_dsn, schema=pg_schema)
-    assert store._conn is None
+    assert store.connection._conn is None
     store.migrate()
-    first = store._conn
+    first = store.connection._conn
     assert first is not None and not first.closed
     store.close()
     assert first.closed
@@ -24,7 +24,7 @@ def test_connection_is_lazy_and_reopens_after_close(pg_dsn: str, pg_schema: str)
 def test_context_manager_closes(pg_dsn: str, pg_schema: str) -> None:
     with TaskStore(pg_dsn, schema=pg_schema) as store:
         store.migrate()
-        conn = store._conn
+        conn = store.connection._conn
     assert conn is not None and conn.closed
 
 
@@ -44,7 +44,7 @@ def test_from_conn_id_uses_the_airflow_connection(
     monkeypatch.setenv("AIRFLOW_CONN_LLMR_STORE_TEST", uri)
     with TaskStore.from_conn_id("llmr_store_test", schema=pg_schema, table="jobs") as store:
         assert (store.schema, store.table) == (pg_schema, "jobs")
-        dsn = conninfo_to_dict(store._dsn)
+        dsn = conninfo_to_dict(store.connection._dsn)
         assert dsn.get("sslmode") == "disable"
         store.migrate()
         store.enqueue(["via airflow connection"])

@@ -13,7 +13,7 @@ from airflow_llm_router.store import (
     TaskStore,
     TaskValidationError,
 )
-from airflow_llm_router.store.models import MAX_ERROR_CHARS
+from airflow_llm_router.store.records import MAX_ERROR_CHARS
 
 
 def test_stale_claim_token_cannot_overwrite(

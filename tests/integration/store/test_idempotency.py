@@ -13,8 +13,7 @@ import pytest
 from psycopg import sql
 
 from airflow_llm_router.pg import TableNames, migrate
-from airflow_llm_router.store import LATEST_VERSION, TaskStore, TaskValidationError
-from airflow_llm_router.store.ingest import NewTask
+from airflow_llm_router.store import LATEST_VERSION, NewTask, TaskStore, TaskValidationError
 from airflow_llm_router.store.task_schema import MIGRATIONS
 
 
@@ -127,7 +126,7 @@ def test_concurrent_retries_of_one_post_get_the_same_ids(pg_dsn: str, pg_schema:
     def produce() -> None:
         try:
             with TaskStore(pg_dsn, schema=pg_schema) as mine:
-                mine._connection()
+                mine.connection.connect()
                 barrier.wait(timeout=10)
                 results.append(mine.enqueue([f"p {k}" for k in keys], idempotency_keys=keys))
         except BaseException as err:

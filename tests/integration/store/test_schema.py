@@ -74,7 +74,7 @@ def test_concurrent_migrations_are_serialised(pg_dsn: str, pg_schema: str) -> No
     def run() -> None:
         try:
             with TaskStore(pg_dsn, schema=pg_schema) as store:
-                store._connection()  # connect first, so the migrations really overlap
+                store.connection.connect()  # connect first, so the migrations really overlap
                 barrier.wait(timeout=5)
                 results.append(store.migrate())
         except BaseException as err:
@@ -146,7 +146,7 @@ def test_identifiers_are_validated(pg_dsn: str, kwargs: dict[str, str], field: s
 
 
 def _plan(store: TaskStore, query: sql.Composable, params: dict[str, object]) -> str:
-    conn = store._connection()
+    conn = store.connection.connect()
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
         return "\n".join(row[0] for row in conn.execute(sql.SQL("EXPLAIN ") + query, params))
@@ -155,10 +155,11 @@ def _plan(store: TaskStore, query: sql.Composable, params: dict[str, object]) ->
 def test_claim_statements_can_use_the_partial_indexes(store: TaskStore) -> None:
     """With sequential scans priced out, the plan must still find an index for each step."""
     store.enqueue([f"p{i}" for i in range(50)])
-    claim = _plan(store, store._queries.claim, {"n": 10, "worker_id": "w", "ttl": 1.0})
+    claim = _plan(store, store.connection.queries.claim, {"n": 10, "worker_id": "w", "ttl": 1.0})
     assert "tasks_pending_idx" in claim
-    for query, params in [(store._queries.reclaim, {"limit": 1000}),
-                          (store._queries.live_claims, {}), (store._queries.next_expiry, {})]:
+    queries = store.connection.queries
+    for query, params in [(queries.reclaim, {"limit": 1000}),
+                          (queries.live_claims, {}), (queries.next_expiry, {})]:
         plan = _plan(store, query, params)
         assert "tasks_claimed_exp_idx" in plan
         assert "Seq Scan" not in plan

@@ -27,7 +27,7 @@ def test_backlog_routes_need_a_user_and_requeue_needs_an_editor(
     assert api(ui, viewer, "GET", "/api/backlog/dead").status_code == 200
     refused = api(ui, viewer, "POST", "/api/tasks/requeue", json={"ids": dead})
     assert refused.status_code == 403 and "permission to edit pools" in refused.json()["detail"]
-    assert tasks.backlog_summary().counts["dead"]["bulk"] == 2  # nothing moved
+    assert tasks.admin.backlog_summary().counts["dead"]["bulk"] == 2  # nothing moved
 
 
 def test_summary_and_dead_list(ui: QuotaUiStack, tokens: dict[str, str],
@@ -136,7 +136,7 @@ def test_bad_input_is_a_422_naming_the_field_and_changes_nothing(
     assert field in fields, response.text
     row = tasks.get(dead[0])
     assert row is not None and row.status == "dead"
-    assert tasks.requeue_log() == []
+    assert tasks.admin.requeue_log() == []
 
 
 def test_the_quota_list_at_1000_models(ui: QuotaUiStack, tokens: dict[str, str]) -> None:

@@ -84,5 +84,5 @@ async def test_requeue_answers_the_same_under_both_mounts(
         refused = api(ui, tokens["op"], "POST", "/api/tasks/requeue", json=body)
         assert refused.status_code == 422, refused.text
         assert refused.json() == (await standalone.post("/tasks/requeue", json=body)).json()
-    assert {(e.actor, e.source) for e in tasks.requeue_log()} == {
+    assert {(e.actor, e.source) for e in tasks.admin.requeue_log()} == {
         ("token", "http-api"), ("op", "http-api")}

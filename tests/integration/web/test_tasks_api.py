@@ -288,7 +288,7 @@ async def test_requeue_by_ids_brings_dead_tasks_back_to_the_drain(
     view = (await api.get(f"/tasks/{dead[0]}")).json()
     assert (view["status"], view["attempts"], view["last_error"]) == (
         "pending", 0, "backend 400 on default")
-    (log,) = store.requeue_log(1)
+    (log,) = store.admin.requeue_log(1)
     assert (log.actor, log.source, log.requeued) == ("token", "http-api", 2)
     claimed = store.claim(3, worker_id="w2", claim_ttl_s=30)
     assert sorted(t.id for t in claimed) == sorted([*dead, alive])

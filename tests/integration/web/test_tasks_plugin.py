@@ -45,6 +45,6 @@ def test_tasks_routes_follow_airflows_rights(ui: QuotaUiStack, tokens: dict[str,
     assert again.status_code == 200 and again.json()["ids"] == [task_id]
     requeued = call(ui, op, "POST", "/tasks/requeue", json={"ids": [dead]})
     assert requeued.status_code == 200 and requeued.json()["ids"] == [dead], requeued.text
-    (log,) = tasks.requeue_log(1)
+    (log,) = tasks.admin.requeue_log(1)
     assert (log.actor, log.source) == ("op", "http-api")
     assert tasks.counts()["pending"] == 2

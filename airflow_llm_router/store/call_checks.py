@@ -1,25 +1,37 @@
-"""Checks of what callers hand to the claim cycle (claims, results, failures, ids, tokens),
-and the mapping of claimed rows to :class:`ClaimedTask`. Pure Python, no database.
+"""Checks of the arguments of calls on tasks already in the store (pure Python): the
+claim cycle's claims, tokens, results and failures, and backlog admin's pages, dead-letter
+filters, requeue ids and actors.
 
-What :meth:`TaskStore.enqueue` is handed is checked in :mod:`.validation`.
+Each check raises :class:`TaskValidationError` naming the field and the fix, before any
+statement runs. What an enqueue is handed (new tasks) is checked in :mod:`.task_checks`;
+both use :mod:`.storable` for what PostgreSQL text can hold.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_llm_router.exceptions import TaskValidationError
-from airflow_llm_router.store.models import MAX_ERROR_CHARS, ClaimedTask, TaskFailure, TaskResult
-from airflow_llm_router.store.text_checks import text_problem
+from airflow_llm_router.names import kind_problem, validate_model_name
+from airflow_llm_router.store.backlog_records import (
+    DEAD_OFFSET_MAX,
+    DEAD_PAGE_MAX,
+    MAX_ERROR_FILTER_CHARS,
+    REQUEUE_MAX,
+    DeadFilter,
+)
+from airflow_llm_router.store.records import ClaimedTask, TaskFailure, TaskResult
+from airflow_llm_router.store.storable import clean_error, clean_text, text_problem
 
 #: Longest ``worker_id`` a claim accepts (it is stored in ``claimed_by``).
 MAX_WORKER_ID_CHARS = 1000
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The largest task id (the store's ids are PostgreSQL bigints).
+MAX_TASK_ID = 2**63 - 1
+#: Longest ``actor``/``source`` a requeue records.
+MAX_ACTOR_CHARS = 256
 
 
 def validate_claim_args(n: object, worker_id: object, claim_ttl_s: object) -> None:
@@ -74,26 +86,6 @@ def validate_tokens(field_name: str, count: object) -> int | None:
     return count
 
 
-def clean_text(value: str) -> str:
-    """PostgreSQL text cannot hold NUL, nor UTF-8 a lone surrogate (a backend's JSON may
-    decode to one): replace them with U+FFFD rather than fail a whole chunk of answers."""
-    value = value.replace("\x00", "\ufffd")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", value)
-    return value
-
-
-def clean_error(error: object) -> str:
-    """Make an error message storable: a string, no NUL, at most ``MAX_ERROR_CHARS``."""
-    text = clean_text(str(error))
-    if len(text) > MAX_ERROR_CHARS:
-        cut = len(text) - MAX_ERROR_CHARS
-        text = f"{text[:MAX_ERROR_CHARS]}... [{cut} more characters truncated]"
-    return text
-
-
 def claim_pairs(claims: object, field_name: str = "claims") -> list[tuple[int, str]]:
     """Normalise claims given as ``{id: token}``, ``[(id, token)]`` or ``[ClaimedTask]``."""
     if isinstance(claims, Mapping):
@@ -123,21 +115,6 @@ def claim_pairs(claims: object, field_name: str = "claims") -> list[tuple[int, s
         seen.add(task_id)
         pairs.append((task_id, validate_token(f"{field_name}[{i}].claim_token", token)))
     return pairs
-
-
-def claimed_task(row: Sequence[Any]) -> ClaimedTask:
-    return ClaimedTask(
-        id=row[0],
-        prompt=row[1],
-        kind=row[2],
-        priority=row[3],
-        allowed_models=tuple(row[4]) if row[4] is not None else None,
-        attempts=row[5],
-        max_attempts=row[6],
-        claim_token=row[7],
-        metadata=row[8] or {},
-        on_budget=row[9],
-    )
 
 
 def check_result(i: int, item: TaskResult | Mapping[str, Any]) -> TaskResult:
@@ -187,3 +164,83 @@ def reject_duplicates(field_name: str, ids: list[int]) -> None:
                 field_name, f"task {task_id} appears twice; give each task once per call"
             )
         seen.add(task_id)
+
+
+# --- backlog admin: the dead-letter list and requeue --------------------------------------
+
+def _count(field: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise TaskValidationError(field, f"must be an integer from {low} to {high}, "
+                                         f"got {value!r}")
+    return value
+
+
+def check_page(limit: object, offset: object) -> tuple[int, int]:
+    """``limit`` 1..:data:`DEAD_PAGE_MAX`, ``offset`` 0..:data:`DEAD_OFFSET_MAX`."""
+    return (_count("limit", limit, 1, DEAD_PAGE_MAX),
+            _count("offset", offset, 0, DEAD_OFFSET_MAX))
+
+
+def check_filter(matching: object) -> DeadFilter:
+    """A :class:`DeadFilter` whose conditions the store can match (each named on error)."""
+    if not isinstance(matching, DeadFilter):
+        raise TaskValidationError("matching", "must be a DeadFilter (DeadFilter() matches "
+                                              "every dead task)")
+    if matching.kind is not None and (problem := kind_problem(matching.kind)):
+        raise TaskValidationError("kind", problem)
+    if matching.model is not None:
+        validate_model_name("model", matching.model)
+    error = matching.error_contains
+    if error is not None:
+        if not isinstance(error, str) or not error.strip():
+            raise TaskValidationError("error_contains", "must be a non-empty string, or "
+                                                        "None for no condition")
+        if len(error) > MAX_ERROR_FILTER_CHARS:
+            raise TaskValidationError("error_contains", f"has {len(error)} characters; "
+                                      f"use a substring of at most {MAX_ERROR_FILTER_CHARS}")
+        if problem := text_problem(error):
+            raise TaskValidationError("error_contains", problem)
+    return matching
+
+
+def check_ids(ids: object) -> list[int]:
+    """1..:data:`REQUEUE_MAX` distinct integer task ids, ascending."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise TaskValidationError("ids", "must be a list of task ids")
+    if not ids:
+        raise TaskValidationError("ids", "must name at least one task id")
+    if len(ids) > REQUEUE_MAX:
+        raise TaskValidationError("ids", f"names {len(ids)} tasks; at most {REQUEUE_MAX} per "
+                                         "call: split the list")
+    for i, task_id in enumerate(ids):
+        if (isinstance(task_id, bool) or not isinstance(task_id, int)
+                or not 1 <= task_id <= MAX_TASK_ID):
+            raise TaskValidationError(f"ids[{i}]", f"must be a positive integer task id "
+                                                   f"(at most {MAX_TASK_ID}), got {task_id!r}")
+    return sorted(set(ids))
+
+
+def check_requeue(ids: object, matching: object) -> tuple[list[int] | None, DeadFilter | None]:
+    """Exactly one of ``ids`` and ``matching``, each checked."""
+    if (ids is None) == (matching is None):
+        raise TaskValidationError("ids", "give either ids (these tasks) or matching (every "
+                                         "dead task it matches), not both and not neither")
+    if ids is not None:
+        return check_ids(ids), None
+    return None, check_filter(matching)
+
+
+def check_actor(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise TaskValidationError(field, "must be a non-empty string (who requeues, or how)")
+    if len(value) > MAX_ACTOR_CHARS:
+        raise TaskValidationError(field, f"has {len(value)} characters; at most "
+                                         f"{MAX_ACTOR_CHARS}")
+    if problem := text_problem(value):
+        raise TaskValidationError(field, problem)
+    return value
+
+
+def check_limit(field: str, value: object, high: int) -> int:
+    """An integer from 1 to ``high``."""
+    return _count(field, value, 1, high)

@@ -1,8 +1,10 @@
-"""The backlog as operators see it: the summary, the dead-letter list, requeue and its log.
+"""Backlog admin, one part of the task store: the backlog as operators see it (the summary,
+counts, one task's row, the dead-letter list, requeue and its log).
 
-A mixin of :class:`~airflow_llm_router.store.task_store.TaskStore` (its public methods are
-called on a ``TaskStore``), kept apart from the claim cycle: these run only when a person or
-the API asks, each in one bounded transaction (statements in :mod:`.backlog_queries`).
+Reached as ``store.admin`` (``store.admin.requeue(...)``): these run only when a person, the
+quota page or the HTTP API asks, never in a drain's loop, so they are kept off the claim
+cycle's path. Each runs in one bounded transaction (statements in :mod:`.backlog_queries`,
+composed on first use: a drain's store never needs them).
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from airflow_llm_router.store import dead_letters, models
+from airflow_llm_router.store import backlog_records as limits
+from airflow_llm_router.store import call_checks as checks
 from airflow_llm_router.store.backlog_queries import BacklogQueries
-from airflow_llm_router.store.connection import StoreConnection
-from airflow_llm_router.store.models import (
-    STATUSES,
+from airflow_llm_router.store.backlog_records import (
     BacklogSummary,
     DeadFilter,
     DeadPage,
@@ -25,38 +26,60 @@ from airflow_llm_router.store.models import (
     Requeued,
     RequeueRecord,
 )
+from airflow_llm_router.store.connection import StoreConnection
+from airflow_llm_router.store.records import PRIORITIES, STATUSES, TaskRow
+
+__all__ = ["BacklogAdmin"]
 
 # The task store's logger: requeues are logged where they always were.
 log = logging.getLogger("airflow_llm_router.store.task_store")
 
 
-class BacklogAdmin(StoreConnection):
-    """Summary, dead letters and requeue of one task table (see the module docstring)."""
+class BacklogAdmin:
+    """Summary, counts, dead letters and requeue of the table of ``connection``."""
+
+    def __init__(self, connection: StoreConnection) -> None:
+        self._db = connection
 
     @cached_property
     def _backlog_queries(self) -> BacklogQueries:
         """Composed on first use: most stores (a drain's) never need these statements."""
-        return BacklogQueries.build(self._names)
+        return BacklogQueries.build(self._db.names)
+
+    def counts(self) -> dict[str, int]:
+        """Tasks per status, every status present. Counts the whole table: not for hot loops."""
+        with self._db.transaction() as conn:
+            rows = conn.execute(self._db.queries.counts).fetchall()
+        result = dict.fromkeys(STATUSES, 0)
+        result.update({status: int(count) for status, count in rows})
+        return result
+
+    def get(self, task_id: int) -> TaskRow | None:
+        """The full row of one task, or None if there is no such id."""
+        checks.validate_task_id("task_id", task_id)
+        with self._db.transaction() as conn:
+            row = conn.execute(self._db.queries.get, (task_id,)).fetchone()
+        return None if row is None else TaskRow.from_row(row)
 
     def backlog_summary(self) -> BacklogSummary:
         """Counts by status and lane, the oldest pending task's age and the recent
         throughput, in one transaction (by the database's clock).
 
         Bounded whatever the table's history: each status is counted from its partial
-        index up to :data:`~.models.COUNT_CAP` rows (``capped`` says which reached it), the
+        index up to :data:`~.backlog_records.COUNT_CAP` rows (``capped`` says which reached it), the
         throughput reads only the tasks solved in the last
-        :data:`~.models.THROUGHPUT_WINDOW_S` seconds. Expired claims are not returned here
-        (a read never writes): they count as claimed until a claim or :meth:`reclaim`.
+        :data:`~.backlog_records.THROUGHPUT_WINDOW_S` seconds. Expired claims are not returned here
+        (a read never writes): they count as claimed until a claim or a reclaim.
         """
         q = self._backlog_queries
-        with self._transaction() as conn:
-            rows = conn.execute(q.status_counts, {"cap": models.COUNT_CAP}).fetchall()
+        with self._db.transaction() as conn:
+            rows = conn.execute(q.status_counts, {"cap": limits.COUNT_CAP}).fetchall()
             age_row = conn.execute(q.pending_age_and_rate,
-                                   {"window": models.THROUGHPUT_WINDOW_S}).fetchone()
-        counts = {status: dict.fromkeys(models.PRIORITIES, 0) for status in STATUSES}
+                                   {"window": limits.THROUGHPUT_WINDOW_S}).fetchone()
+        counts = {status: dict.fromkeys(PRIORITIES, 0) for status in STATUSES}
         for status, rank, count in rows:
-            counts[status][models.PRIORITIES[rank]] = int(count)
-        capped = tuple(s for s in STATUSES if sum(counts[s].values()) >= models.COUNT_CAP)
+            counts[status][PRIORITIES[rank]] = int(count)
+        capped = tuple(s for s in STATUSES if sum(counts[s].values()) >= limits.COUNT_CAP)
         age, solved = age_row if age_row is not None else (None, 0)
         return BacklogSummary(counts=counts, capped=capped,
                               oldest_pending_age_s=None if age is None else max(0.0, age),
@@ -67,38 +90,38 @@ class BacklogAdmin(StoreConnection):
         """A page of dead-lettered tasks, newest failure first, and how many match in all.
 
         Never returns a prompt; ``last_error`` is cut to
-        :data:`~.models.ERROR_PREVIEW_CHARS` characters.
+        :data:`~.backlog_records.ERROR_PREVIEW_CHARS` characters.
 
-        :param limit: tasks per page, 1 to :data:`~.models.DEAD_PAGE_MAX`.
-        :param offset: tasks to skip, 0 to :data:`~.models.DEAD_OFFSET_MAX`.
+        :param limit: tasks per page, 1 to :data:`~.backlog_records.DEAD_PAGE_MAX`.
+        :param offset: tasks to skip, 0 to :data:`~.backlog_records.DEAD_OFFSET_MAX`.
         :param matching: which dead tasks (kind, model, error substring); None: all.
         :raises TaskValidationError: naming the bad argument (``limit``, ``kind``, ...).
         """
-        limit, offset = dead_letters.check_page(limit, offset)
-        params = dead_letters.check_filter(matching or DeadFilter()).params()
+        limit, offset = checks.check_page(limit, offset)
+        params = checks.check_filter(matching or DeadFilter()).params()
         q = self._backlog_queries
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             rows = conn.execute(q.dead_page, {**params, "limit": limit, "offset": offset,
-                                              "chars": models.ERROR_PREVIEW_CHARS}).fetchall()
-            total_row = conn.execute(q.dead_count, {**params, "cap": models.COUNT_CAP}).fetchone()
+                                              "chars": limits.ERROR_PREVIEW_CHARS}).fetchall()
+            total_row = conn.execute(q.dead_count, {**params, "cap": limits.COUNT_CAP}).fetchone()
         total = int(total_row[0]) if total_row else 0
         tasks = [DeadTask(id=row[0], kind=row[1], priority=row[2], attempts=row[3],
                           max_attempts=row[4], last_error=row[5], model=row[6],
                           allowed_models=tuple(row[7]) if row[7] is not None else None,
                           created_at=row[8], updated_at=row[9]) for row in rows]
-        return DeadPage(tasks=tasks, total=total, total_capped=total >= models.COUNT_CAP,
+        return DeadPage(tasks=tasks, total=total, total_capped=total >= limits.COUNT_CAP,
                         limit=limit, offset=offset)
 
     def requeue(self, ids: Sequence[int] | None = None, *, matching: DeadFilter | None = None,
                 actor: str, source: str = "python") -> Requeued:
         """Move dead tasks back to pending: these ``ids``, or the dead tasks ``matching`` a
         filter (``DeadFilter()`` for all), oldest failure first, at most
-        :data:`~.models.REQUEUE_MAX` per call.
+        :data:`~.backlog_records.REQUEUE_MAX` per call.
 
         A requeued task starts afresh: no attempts used, no claim (an old worker's late
         write stays fenced out), ``last_error`` kept until a new failure replaces it. One
         transaction moves the tasks, logs the requeue (``actor``, ``source``, the request
-        and its result) and notifies :attr:`notify_channel`, so draining solvers wake.
+        and its result) and notifies the store's channel, so draining solvers wake.
 
         :param ids: task ids (1 to REQUEUE_MAX); those not dead are listed in ``skipped``.
         :param matching: a filter instead of ids; ``remaining`` says how many matching dead
@@ -107,11 +130,11 @@ class BacklogAdmin(StoreConnection):
         :param source: how (``api``, ``python``, ...).
         :raises TaskValidationError: naming the bad argument; nothing is changed.
         """
-        checked_ids, checked_filter = dead_letters.check_requeue(ids, matching)
-        dead_letters.check_actor("actor", actor)
-        dead_letters.check_actor("source", source)
+        checked_ids, checked_filter = checks.check_requeue(ids, matching)
+        checks.check_actor("actor", actor)
+        checks.check_actor("source", source)
         q = self._backlog_queries
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             if checked_ids is not None:
                 request: dict[str, Any] = {"ids": checked_ids}
                 rows = conn.execute(q.requeue_ids, {"ids": checked_ids}).fetchall()
@@ -123,23 +146,24 @@ class BacklogAdmin(StoreConnection):
                 params = checked_filter.params()
                 request = {"matching": {k: v for k, v in params.items() if v is not None}}
                 rows = conn.execute(q.requeue_filter,
-                                    {**params, "limit": models.REQUEUE_MAX}).fetchall()
+                                    {**params, "limit": limits.REQUEUE_MAX}).fetchall()
                 moved = sorted(int(row[0]) for row in rows)
                 skipped = []
-                left = conn.execute(q.dead_count, {**params, "cap": models.COUNT_CAP}).fetchone()
+                left = conn.execute(q.dead_count, {**params, "cap": limits.COUNT_CAP}).fetchone()
                 remaining = int(left[0]) if left else 0
             conn.execute(q.requeue_log, {
                 "actor": actor, "source": source, "request": json.dumps(request),
                 "requeued": len(moved), "skipped": len(skipped), "remaining": remaining})
-            self._announce(conn, len(moved))
+            self._db.announce(conn, len(moved))
         log.info("Requeued %d dead tasks in %s.%s (%d skipped, %d remaining) for %s via %s",
-                 len(moved), self.schema, self.table, len(skipped), remaining, actor, source)
+                 len(moved), self._db.schema, self._db.table, len(skipped), remaining, actor,
+                 source)
         return Requeued(ids=moved, skipped=skipped, remaining=remaining)
 
     def requeue_log(self, limit: int = 20) -> list[RequeueRecord]:
         """The latest requeues, newest first (``limit`` 1 to 1000)."""
-        limit = dead_letters.check_limit("limit", limit, 1000)
-        with self._transaction() as conn:
+        limit = checks.check_limit("limit", limit, 1000)
+        with self._db.transaction() as conn:
             rows = conn.execute(self._backlog_queries.requeue_log_read,
                                 {"limit": limit}).fetchall()
         return [RequeueRecord(*row) for row in rows]

@@ -1,4 +1,5 @@
-"""Checks of what :meth:`TaskStore.enqueue` is handed, before anything is written.
+"""Checks of a new task: what :meth:`TaskStore.enqueue` and ``enqueue_tasks`` are handed,
+before anything is written.
 
 A task is checked once, when it enters the store, against everything that could make it
 fail later: text PostgreSQL cannot store (NUL, lone surrogates), sizes nobody means,
@@ -20,8 +21,8 @@ from typing import Any
 
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.names import MAX_KIND_CHARS, kind_problem, validate_model_name
-from airflow_llm_router.store.ingest import NewTask
-from airflow_llm_router.store.text_checks import (
+from airflow_llm_router.store.records import NewTask
+from airflow_llm_router.store.storable import (
     MAX_METADATA_CHARS,
     metadata_json,
     text_problem,

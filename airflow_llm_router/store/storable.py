@@ -1,24 +1,31 @@
-"""What PostgreSQL ``text`` and ``jsonb`` can hold: the checks every store module applies to
-strings it writes (:func:`text_problem`), and the check of a task's metadata as JSON.
+"""What PostgreSQL ``text`` and ``jsonb`` can hold, checked in one place for every string
+the store writes.
 
-Kept apart from :mod:`.validation` (the rest of what enqueue refuses) because the claim
-cycle (:mod:`.checks`) and the dead-letter checks (:mod:`.dead_letters`) need
-:func:`text_problem` too, without the enqueue rules.
+Two answers to text PostgreSQL cannot store (NUL, a lone surrogate): what a caller *hands*
+the store (a prompt, a key, metadata, a name) is refused with the reason
+(:func:`text_problem`, :func:`metadata_json`), so the caller fixes its input; what a backend
+*answered* (an answer, an error) is repaired (:func:`clean_text`, :func:`clean_error`),
+because refusing it would throw away a paid call. A task's metadata is also checked here for
+the call options it may carry (``llm_call``), as it is turned into the JSON stored.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.llm_call import METADATA_KEY, check_call_options
+from airflow_llm_router.store.records import MAX_ERROR_CHARS
 
 #: Largest metadata dict of one task, as compact JSON (characters).
 MAX_METADATA_CHARS = 65_536
 #: Deepest nesting of metadata.
 _MAX_DEPTH = 32
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def text_problem(value: str) -> str | None:
@@ -34,6 +41,26 @@ def text_problem(value: str) -> str | None:
                 "valid Unicode and PostgreSQL cannot store; decode the source text with "
                 "errors='replace'")
     return None
+
+
+def clean_text(value: str) -> str:
+    """PostgreSQL text cannot hold NUL, nor UTF-8 a lone surrogate (a backend's JSON may
+    decode to one): replace them with U+FFFD rather than fail a whole chunk of answers."""
+    value = value.replace("\x00", "\ufffd")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", value)
+    return value
+
+
+def clean_error(error: object) -> str:
+    """Make an error message storable: a string, no NUL, at most ``MAX_ERROR_CHARS``."""
+    text = clean_text(str(error))
+    if len(text) > MAX_ERROR_CHARS:
+        cut = len(text) - MAX_ERROR_CHARS
+        text = f"{text[:MAX_ERROR_CHARS]}... [{cut} more characters truncated]"
+    return text
 
 
 def validate_metadata(metadata: object, count: int) -> list[str]:
