@@ -40,6 +40,11 @@ class TaskStoreError(RouterError):
     """The task store could not carry out a request."""
 
 
+class TaskStoreSetupError(TaskStoreError):
+    """The task store cannot work as it is set up (a newer schema, a missing privilege):
+    retrying will not help, an operator has to act on the message."""
+
+
 class TaskValidationError(TaskStoreError, ValueError):
     """An argument to the task store is invalid; ``field`` names it and the message the fix."""
 

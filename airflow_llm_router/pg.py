@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from airflow_llm_router.exceptions import TaskStoreError, TaskValidationError
+from airflow_llm_router.exceptions import TaskStoreSetupError, TaskValidationError
 
 __all__ = [
     "ADVISORY_LOCK_CLASS",
@@ -135,7 +135,8 @@ def migrate(conn: psycopg.Connection[Any], names: TableNames,
     """Bring the schema up to the last of ``migrations``; return the version now in place.
 
     Safe to call on every start: when nothing is missing it only takes the lock and reads
-    one row. Raises :class:`TaskStoreError` if the database was migrated by a newer release.
+    one row. Raises :class:`TaskStoreSetupError` if the database was migrated by a newer
+    release.
     Each store passes its own ``migrations``, recorded in the schema's one
     ``schema_version`` table under its table name.
     """
@@ -148,7 +149,7 @@ def migrate(conn: psycopg.Connection[Any], names: TableNames,
         _ensure_schema(conn, names)
         current = _current_version(conn, names)
         if current > latest:
-            raise TaskStoreError(
+            raise TaskStoreSetupError(
                 f"{names.schema}.{names.table} is at schema version {current} but this "
                 f"airflow-llm-router only knows up to {latest}; upgrade the package"
             )

@@ -5,6 +5,12 @@ One :class:`StoreConnection` is shared by the claim cycle, ingestion and backlog
 :class:`~airflow_llm_router.store.TaskStore`, so a store holds one PostgreSQL session
 whatever it is asked; reconnecting after a broken connection and turning database errors
 into :class:`TaskStoreError` are written once, here.
+
+The table is migrated on first use: a store's first transaction runs :meth:`migrate` (one
+short read when nothing is missing), so a fresh database works without a separate step.
+Errors say whether waiting can help: a lost connection is a :class:`TaskStoreError` (the
+next call reconnects), a schema newer than the package or a missing privilege is a
+:class:`TaskStoreSetupError`, which no retry fixes.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from airflow_llm_router.exceptions import TaskStoreError
+from airflow_llm_router.exceptions import TaskStoreError, TaskStoreSetupError
 from airflow_llm_router.pg import TableNames, migrate
 from airflow_llm_router.store.queries import Queries
 from airflow_llm_router.store.task_schema import MIGRATIONS
@@ -42,6 +48,8 @@ class StoreConnection:
         self.queries = Queries.build(self.names)
         self._dsn = dsn
         self._conn: psycopg.Connection[Any] | None = None
+        #: whether :meth:`migrate` ran on this store (the first transaction runs it)
+        self._migrated = False
 
     @property
     def schema(self) -> str:
@@ -80,16 +88,22 @@ class StoreConnection:
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """One short transaction; database errors come out as :class:`TaskStoreError`."""
+        """One short transaction, after migrating on first use; database errors come out as
+        :class:`TaskStoreError` (:class:`TaskStoreSetupError` where retrying cannot help)."""
+        if not self._migrated:
+            self.migrate()
         conn = self.connect()
         try:
             with conn.transaction():
                 yield conn
         except pg_errors.UndefinedTable as err:
+            self._migrated = False  # dropped while in use: the next call creates it again
             raise TaskStoreError(
-                f"table {self.schema}.{self.table} does not exist; "
-                "call TaskStore.migrate() once before using the store"
+                f"table {self.schema}.{self.table} does not exist (dropped while in use?); "
+                "the next call creates it again"
             ) from err
+        except pg_errors.InsufficientPrivilege as err:
+            raise self._refused(err) from err
         except psycopg.OperationalError as err:
             if conn.broken or conn.closed:
                 self._conn = None
@@ -101,11 +115,24 @@ class StoreConnection:
             conn.execute(self.queries.notify, (self.notify_channel, str(count)))
 
     def migrate(self) -> int:
-        """Create or upgrade the schema; idempotent and safe to run concurrently.
+        """Create or upgrade the schema; idempotent and safe to run concurrently. The first
+        transaction of a store runs it, so calling it is only needed to migrate up front.
 
         :return: the schema version now in place.
+        :raises TaskStoreSetupError: the schema is newer than this package, or the user may
+            not create or read what the store needs.
         """
         try:
-            return migrate(self.connect(), self.names, MIGRATIONS)
+            version = migrate(self.connect(), self.names, MIGRATIONS)
+        except pg_errors.InsufficientPrivilege as err:
+            raise self._refused(err) from err
         except psycopg.OperationalError as err:
             raise TaskStoreError(f"task store migration failed: {err}") from err
+        self._migrated = True
+        return version
+
+    def _refused(self, err: pg_errors.InsufficientPrivilege) -> TaskStoreSetupError:
+        return TaskStoreSetupError(
+            f"the task store's database user may not use {self.schema}.{self.table} "
+            f"({str(err).strip()}); grant it the rights on the schema, or run "
+            "TaskStore.migrate() once as the schema's owner")

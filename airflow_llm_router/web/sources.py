@@ -19,7 +19,11 @@ from typing import Annotated, Any, Generic, TypeVar
 from fastapi import Depends, HTTPException, Request, status
 
 from airflow_llm_router.engine.async_client import AsyncRouterClient
-from airflow_llm_router.exceptions import TaskStoreError, TaskValidationError
+from airflow_llm_router.exceptions import (
+    TaskStoreError,
+    TaskStoreSetupError,
+    TaskValidationError,
+)
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.web.errors import first_line
@@ -83,20 +87,13 @@ def router_source(conn_id: str, namespace: str | None = None) -> Lazy[AsyncRoute
 
 
 def task_store_source(conn_id: str, schema: str, table: str) -> Lazy[TaskStore]:
-    """The task store on PostgreSQL connection ``conn_id``, built (and migrated) on first
-    use."""
-
-    def open_migrated() -> TaskStore:
-        store = TaskStore.from_conn_id(conn_id, schema=schema, table=table)
-        try:
-            store.migrate()
-        except BaseException:
-            store.close()
-            raise
-        return store
+    """The task store on PostgreSQL connection ``conn_id``, built on first use (the store
+    migrates its table on its first call; an error retrying cannot fix comes out of that
+    call, answered by :meth:`TaskCalls.run` without ``Retry-After``)."""
 
     async def build() -> TaskStore:
-        return await asyncio.to_thread(open_migrated)
+        return await asyncio.to_thread(TaskStore.from_conn_id, conn_id, schema=schema,
+                                       table=table)
 
     async def close(store: TaskStore) -> None:
         await asyncio.to_thread(store.close)
@@ -131,6 +128,9 @@ class TaskCalls:
             return await asyncio.to_thread(locked)
         except TaskValidationError:
             raise
+        except TaskStoreSetupError as err:  # no retry fixes it: say so, and what to do
+            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR,
+                                f"the task store cannot work as it is set up: {err}") from err
         except TaskStoreError as err:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                                 f"the task store is unavailable: {err}; retry",

@@ -6,6 +6,7 @@ the backend received, against a real simulator, Redis and PostgreSQL."""
 from __future__ import annotations
 
 import httpx
+from psycopg.conninfo import make_conninfo
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.quotas import QuotaStore
@@ -60,16 +61,17 @@ def test_events_fire_at_their_time_after_the_first_call(
 
 def test_a_failing_event_is_recorded_not_lost(
         pg_dsn: str, pg_schema: str, redis_url: str, namespace: str) -> None:
-    """A store that cannot be reached (no schema): the arrival fails in the process, and
-    its error comes back with the record; the run goes on."""
+    """A store that cannot be reached (nothing listens on its port): the arrival fails in
+    the process, and its error comes back with the record; the run goes on."""
+    unreachable = make_conninfo(pg_dsn, port=1, connect_timeout=2)
     profile = SimulatorProfile.default(time_scale=300)
     tasks = make_backlog(4, seed=1, models=[m.name for m in profile.models])
     workload = Workload("T", "a test", tuple(tasks[:2]),
                         arrivals=(Arrival(0.5, tuple(tasks[2:])),))
     server = SimulatorServer(profile).start()
     try:
-        events = WorkloadEvents(EventsSpec(server.url, workload, profile, pg_dsn, pg_schema,
-                                           redis_url, namespace))
+        events = WorkloadEvents(EventsSpec(server.url, workload, profile, unreachable,
+                                           pg_schema, redis_url, namespace))
         events.start()
         httpx.post(server.url + "/single", json={"model": "flash", "prompt": "first"},
                    timeout=10)

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_llm_router.exceptions import TaskStoreError
+from airflow_llm_router.exceptions import TaskStoreError, TaskStoreSetupError
 from airflow_llm_router.store import LATEST_VERSION, TaskStore, TaskValidationError
 from airflow_llm_router.store.task_schema import MIGRATIONS
 
@@ -120,12 +120,63 @@ def test_newer_schema_than_package_is_refused(pg_dsn: str, pg_schema: str) -> No
             store.migrate()
 
 
-def test_using_an_unmigrated_store_says_to_migrate(pg_dsn: str, pg_schema: str) -> None:
-    with (
-        TaskStore(pg_dsn, schema=pg_schema) as store,
-        pytest.raises(TaskStoreError, match=r"migrate\(\)"),
-    ):
-        store.claim(1, worker_id="w", claim_ttl_s=1)
+def test_an_unmigrated_store_migrates_on_first_use(pg_dsn: str, pg_schema: str) -> None:
+    """A fresh schema needs no separate step: the first call creates the table."""
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        (task_id,) = store.enqueue(["first"])
+        (task,) = store.claim(1, worker_id="w", claim_ttl_s=60)
+    assert task.id == task_id
+    assert _versions(pg_dsn, pg_schema) == [("tasks", m.version) for m in MIGRATIONS]
+
+
+def test_a_schema_dropped_in_use_is_created_again_by_the_next_call(
+        pg_dsn: str, pg_schema: str) -> None:
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        store.enqueue(["first"])
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(pg_schema)))
+        with pytest.raises(TaskStoreError, match="next call creates it again") as raised:
+            store.counts()
+        assert not isinstance(raised.value, TaskStoreSetupError)  # waiting helps
+        assert store.counts()["pending"] == 0
+
+
+def test_a_newer_schema_refuses_every_call_as_setup_error(pg_dsn: str, pg_schema: str) -> None:
+    """Retrying cannot fix a schema migrated by a newer release: the store's calls say so
+    with :class:`TaskStoreSetupError`, not the retryable :class:`TaskStoreError`."""
+    with TaskStore(pg_dsn, schema=pg_schema) as setup:
+        setup.migrate()
+    _stamp_newer(pg_dsn, pg_schema)
+    with TaskStore(pg_dsn, schema=pg_schema) as store:
+        for call in (lambda: store.enqueue(["x"]), store.counts):
+            with pytest.raises(TaskStoreSetupError, match="upgrade the package"):
+                call()
+
+
+def test_a_user_without_rights_gets_a_setup_error_naming_the_fix(
+        pg_dsn: str, pg_schema: str) -> None:
+    role = f"{pg_schema}_reader"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        dsn = psycopg.conninfo.make_conninfo(pg_dsn, user=role)
+        with (TaskStore(dsn, schema=pg_schema) as store,
+              pytest.raises(TaskStoreSetupError, match="may not use") as raised):
+            store.enqueue(["x"])
+        assert "migrate()" in str(raised.value) and "grant" in str(raised.value)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _stamp_newer(dsn: str, schema: str) -> None:
+    """Record a schema version newer than this package knows, as a newer release would."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("INSERT INTO {} (table_name, version, description) VALUES ('tasks', %s, 'x')"
+                    ).format(sql.Identifier(schema, "schema_version")),
+            (LATEST_VERSION + 1,),
+        )
 
 
 @pytest.mark.parametrize(

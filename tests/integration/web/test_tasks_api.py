@@ -257,6 +257,36 @@ async def test_an_unreachable_database_answers_503(
     assert (await api.get("/tasks/1")).status_code == 503
 
 
+async def test_a_fresh_schema_is_migrated_by_the_first_post(
+        make_api: MakeApi, pg_dsn: str, pg_schema: str) -> None:
+    """No migrate step before the first POST (the schema does not even exist): the store
+    creates its table on first use and the task is written, instead of 503 forever."""
+    async def fresh() -> TaskStore:
+        return TaskStore(pg_dsn, schema=pg_schema)
+
+    api = await make_api(task_store=Lazy(fresh, "a store on a fresh schema"))
+    answer = await post(api, {"prompt": "first task"})
+    with TaskStore(pg_dsn, schema=pg_schema) as reader:
+        row = reader.get(answer["ids"][0])
+    assert row is not None and row.status == "pending"
+
+
+async def test_what_retrying_cannot_fix_is_not_answered_retry(
+        make_tasks_api: MakeTasksApi, pg_dsn: str, pg_schema: str, store: TaskStore) -> None:
+    """A schema migrated by a newer release: 500 naming the fix, no Retry-After, no "retry"
+    (a 503 with Retry-After would have producers retry forever)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{pg_schema}".schema_version (table_name, version, '
+                     "description) VALUES ('tasks', 1000, 'a newer release')")
+    api = await make_tasks_api()
+    for response in (await api.post("/tasks", json={"tasks": [{"prompt": "x"}]}),
+                     await api.get("/tasks/1")):
+        assert response.status_code == 500, response.text
+        assert "retry-after" not in response.headers
+        detail = response.json()["detail"]
+        assert "upgrade the package" in detail and "retry" not in detail.lower()
+
+
 async def test_an_app_without_a_store_answers_503(make_tasks_api: MakeTasksApi) -> None:
     api = await make_tasks_api(with_store=False)
     response = await api.post("/tasks", json={"tasks": [{"prompt": "x"}]})
