@@ -40,6 +40,12 @@ class TaskStoreError(RouterError):
     """The task store could not carry out a request."""
 
 
+class TaskStoreUnavailable(TaskStoreError):
+    """The task store's server could not be reached, or its connection broke (a restart, a
+    failover, the network); nothing of the call was committed unless the break came with
+    the commit. A drain retries it for ``DrainSettings.store_outage_s``."""
+
+
 class TaskValidationError(TaskStoreError, ValueError):
     """An argument to the task store is invalid; ``field`` names it and the message the fix."""
 

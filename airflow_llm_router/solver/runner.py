@@ -321,7 +321,7 @@ async def solving(
     :param deadline: epoch seconds after which no new call is started; prompts not yet
         admitted come back ``unfinished`` (a drain's tasks return to the backlog)."""
     progress = Progress(total=0)
-    outage = RedisOutage(settings.redis_outage_s)
+    outage = RedisOutage(settings.redis_outage_s, deadline=deadline)
     async with BatchAdmitter(router, outage) as admitter:
         solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage)
         helpers = [asyncio.create_task(keep_alive(router, progress), name="heartbeats"),

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from airflow_llm_router.exceptions import TaskStoreError
+from airflow_llm_router.exceptions import TaskStoreError, TaskStoreUnavailable
 from airflow_llm_router.pg import TableNames, dsn_from_connection, migrate
 from airflow_llm_router.store.queries import Queries
 from airflow_llm_router.store.task_schema import MIGRATIONS
@@ -113,7 +113,7 @@ class StoreConnection:
             try:
                 self._conn = psycopg.connect(make_conninfo("", **params), autocommit=False)
             except psycopg.OperationalError as err:
-                raise TaskStoreError(f"cannot connect to the task store: {err}") from err
+                raise TaskStoreUnavailable(f"cannot connect to the task store: {err}") from err
         return self._conn
 
     @contextmanager
@@ -131,7 +131,8 @@ class StoreConnection:
         except psycopg.OperationalError as err:
             if conn.broken or conn.closed:
                 self._conn = None
-            raise TaskStoreError(f"task store connection failed: {err}") from err
+                raise TaskStoreUnavailable(f"task store connection failed: {err}") from err
+            raise TaskStoreError(f"task store call failed: {err}") from err
 
     def _announce(self, conn: psycopg.Connection[Any], count: int) -> None:
         """Notify on commit that ``count`` tasks became claimable (nothing if 0)."""
