@@ -98,7 +98,8 @@ def write_results(store: TaskStore, tokens: dict[int, str],
     solved = [TaskResult(int(r.key), tokens[int(r.key)], r.answer or "", r.model or "",
                          r.input_tokens, r.output_tokens)
               for r in results if r.status == "solved"]
-    failed = [TaskFailure(int(r.key), tokens[int(r.key)], r.error or "failed", r.retryable)
+    failed = [TaskFailure(int(r.key), tokens[int(r.key)], r.error or "failed", r.retryable,
+                          r.model)
               for r in results if r.status == "failed"]
     unfinished = {int(r.key): tokens[int(r.key)] for r in results if r.status == "unfinished"}
     written = store.complete_many(solved) if solved else {}

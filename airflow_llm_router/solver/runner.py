@@ -115,6 +115,7 @@ class Solver:
         errors = limited = calls = 0
         hedged = False
         last: CallResult | None = None
+        model: str | None = None  # of the last call
         refused = self.wire.refuses(item.options)
         if refused is not None:  # never admitted: no capacity spent on a call not sent
             return SolveResult(item.key, "failed", error=refused, retryable=False)
@@ -162,7 +163,8 @@ class Solver:
             pause = self.settings.backoff_s * 2 ** (errors - 1) * random.uniform(0.5, 1.0)
             await asyncio.sleep(max(0.0, min(pause, self._left())))
         return SolveResult(item.key, "failed", error=last.error if last else None,
-                           retryable=True, calls=calls, rate_limited=limited, hedged=hedged)
+                           retryable=True, model=model, calls=calls, rate_limited=limited,
+                           hedged=hedged)
 
     async def _call_or_hedge(self, item: SolveItem, request: AdmitRequest,
                              lease: Admission) -> tuple[CallResult, str, int]:

@@ -20,7 +20,7 @@ from psycopg import sql
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
-from airflow_llm_router.store import TaskStore
+from airflow_llm_router.store import DeadFilter, TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
 from tests.integration.backends import quotas_from, serve_backend, set_quotas_from, small_profile
 from tests.integration.redis_server import private_redis
@@ -227,3 +227,29 @@ def test_a_drain_whose_loop_shuts_down_hands_back_the_claim_it_was_taking(
     assert claimed.is_set()
     counts = store.counts()
     assert counts["claimed"] == 0 and counts["pending"] == 20, counts
+
+
+async def test_a_dead_letter_records_the_model_whose_calls_failed_it(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """Any-model tasks die on the one model with a quota (every call answers 500): the
+    page's model filter finds them by that model, though their ``allowed_models`` is
+    NULL. (Four: fewer errors than open the model's breaker.)"""
+    profile = small_profile(time_scale=120, error_rate=1.0)
+    store.enqueue([f"prompt {i}" for i in range(4)], max_attempts=1)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn):
+        router.set_quota("m3", quotas_from(profile)["m3"])
+        drain = DrainTrigger(
+            store={"postgres_conn_id": "postgres_default", "schema": pg_schema,
+                   "table": "tasks"},
+            worker_id="drain-under-test",
+            settings={"max_errors": 1, "backoff_s": 0.05, "hedge_late_calls": False},
+            router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+            deadline=time.time() + 30)
+        event = await _event(drain, within_s=60)
+    assert event["status"] == "done", event
+    assert event["summary"]["dead"] == 4
+    page = store.dead_tasks(matching=DeadFilter(model="m3"))
+    assert page.total == 4 and {t.model for t in page.tasks} == {"m3"}
+    assert all(t.allowed_models is None for t in page.tasks)
