@@ -116,6 +116,7 @@ class Solver:
         hedged = False
         last: CallResult | None = None
         model: str | None = None  # of the last call
+        unknown: set[str] = set()  # models the backend said it does not have
         refused = self.wire.refuses(item.options)
         if refused is not None:  # never admitted: no capacity spent on a call not sent
             return SolveResult(item.key, "failed", error=refused, retryable=False)
@@ -153,6 +154,14 @@ class Solver:
                                    input_tokens=last.input_tokens,
                                    output_tokens=last.output_tokens, calls=calls,
                                    rate_limited=limited, hedged=hedged)
+            if last.status == "unknown_model" and model not in unknown:
+                # the model's fault, not the prompt's: its breaker is open now (settled
+                # before the call returned), so admission sends the prompt elsewhere
+                unknown.add(model)
+                if item.models is not None and unknown.issuperset(item.models):
+                    return SolveResult(item.key, "failed", error=last.error, retryable=False,
+                                       model=model, calls=calls, hedged=hedged)
+                continue
             if not last.retryable:
                 return SolveResult(item.key, "failed", error=last.error, retryable=False,
                                    model=model, calls=calls, hedged=hedged)
@@ -254,10 +263,11 @@ class Solver:
         finally:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1
-        outcome = {"ok": "ok", "rate_limited": "rate_limited"}.get(result.status, "error")
+        outcome = {"ok": "ok", "rate_limited": "rate_limited",
+                   "unknown_model": "unknown_model"}.get(result.status, "error")
         if outcome == "rate_limited":
             metrics.rate_limited(model)
-        elif outcome == "error":
+        elif outcome != "ok":
             metrics.errored(model)
         said = result.signals
         done = Completion(lease_id, result.input_tokens, result.output_tokens,
