@@ -20,9 +20,11 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import psycopg
 
 from airflow_llm_router.engine.types import as_on_budget, as_priority
 from airflow_llm_router.exceptions import TaskStoreUnavailable
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: How often a drain waiting on others' live claims looks whether they are finished.
 OTHERS_RECHECK_S = 1.0
+
+#: The backlog watch's connection broke or could not be made (a store outage).
+WATCH_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 @dataclass
@@ -265,13 +270,32 @@ class _Draining:
             log.info("backlog empty, %d tasks claimed by others: waiting for them (next "
                      "claim expires in %.1f s)", count, next_expiry_s or 0.0)
             self.waiting_for_others = True
-        await self.open_watch()
-        assert self.watch is not None
         # look again at the next expiry, an arrival, or within a second: claims finished
         # by their workers announce nothing, and then this drain is done
-        await self.watch.arrival(min(left, OTHERS_RECHECK_S,
-                                     max(0.05, next_expiry_s or 0.0) + 0.05))
+        await self.watching(lambda watch: watch.arrival(
+            min(left, OTHERS_RECHECK_S, max(0.05, next_expiry_s or 0.0) + 0.05)))
         return True
+
+    async def watching(self, wait: Callable[[BacklogWatch], Awaitable[object]]) -> bool:
+        """``wait(watch)`` on the backlog watch (opened if need be). If the watch's
+        connection is lost (a store outage), it is dropped and this waits, through the
+        store's outage path, until the store answers again; then True (look again: the next
+        look opens a new watch and re-reads the backlog, so nothing enqueued meanwhile is
+        missed).
+
+        :raises TaskStoreUnavailable: the store stayed away past ``store_outage_s``."""
+        try:
+            await self.open_watch()
+            assert self.watch is not None
+            return bool(await wait(self.watch))
+        except WATCH_LOST as err:
+            log.warning("the backlog watch lost its connection (%s); waiting for the task "
+                        "store", type(err).__name__)
+            with contextlib.suppress(*WATCH_LOST):
+                await self.close()
+            self.watch = None
+            await self.call(self.store.backlog_size)
+            return True
 
     async def open_watch(self) -> None:
         """LISTEN on the store's channel from now on (the backlog is re-read after)."""
@@ -285,15 +309,17 @@ class _Draining:
                                        self.deadline - time.time())
         if until <= time.monotonic():
             return False
-        await self.open_watch()  # the backlog is re-read below
-        assert self.watch is not None
-        while True:
-            if await self.watch.backlog():
-                return True
-            left = until - time.monotonic()
-            if left <= 0:
-                return False
-            await self.watch.arrival(left)
+
+        async def wait(watch: BacklogWatch) -> bool:  # the watch LISTENs, then re-reads
+            while True:
+                if await watch.backlog():
+                    return True
+                left = until - time.monotonic()
+                if left <= 0:
+                    return False
+                await watch.arrival(left)
+
+        return await self.watching(wait)
 
     async def close(self) -> None:
         if self.watch is not None:

@@ -103,8 +103,10 @@ class Outage:
                 if self._since is None:
                     self._since = now
                     self.outages += 1
-                    log.warning("%s unreachable (%s: %s); retrying for up to %g s",
-                                self.service, type(err).__name__, err, self.budget_s)
+                    limit = self.budget_s if until is None else max(
+                        0.0, min(self.budget_s, until - time.time()))
+                    log.warning("%s unreachable (%s: %s); retrying for up to %.1f s",
+                                self.service, type(err).__name__, err, limit)
                 late = until is not None and time.time() >= until
                 if late or now - self._since >= self.budget_s:
                     log.error("%s unreachable for %.1f s, past %s: %s gives up",

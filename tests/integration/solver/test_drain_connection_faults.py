@@ -8,18 +8,21 @@ the backend's own counters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import redis
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.exceptions import TaskStoreError
 from airflow_llm_router.store import TaskStore
+from airflow_llm_router.store.watch import APPLICATION_NAME
 from airflow_llm_router.triggers.solve import DrainTrigger
 from llm_router_devkit.demo.embedded import free_port
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
@@ -64,6 +67,14 @@ def _counts(store: TaskStore) -> dict[str, int]:
         return store.counts()  # reconnects
 
 
+def _watching(pg: EmbeddedPostgres) -> bool:
+    """Whether a backlog watch (a lingering drain's LISTEN) is connected to ``pg``."""
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                           (APPLICATION_NAME,)).fetchone()
+    return bool(row and row[0])
+
+
 async def test_a_postgres_restart_mid_drain_loses_no_answer_and_the_drain_goes_on(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg: EmbeddedPostgres,
     pg_store: TaskStore, router: RouterClient,
@@ -92,6 +103,37 @@ async def test_a_postgres_restart_mid_drain_loses_no_answer_and_the_drain_goes_o
     # every answer the backend returned was written, and no call was made twice
     assert stats["totals"]["completed"] == n, stats["totals"]
     assert event["summary"]["solved"] + event["summary"]["stale"] >= n
+
+
+async def test_a_lingering_drain_rides_out_a_postgres_restart_and_takes_new_tasks(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg: EmbeddedPostgres,
+    pg_store: TaskStore, router: RouterClient,
+) -> None:
+    """The backlog is empty and the drain lingers on its watch (a LISTEN connection of its
+    own) when the server restarts: the drain waits for the store, watches again, and
+    solves the tasks enqueued after the restart."""
+    profile = small_profile(time_scale=120)
+    pg_store.enqueue([f"question {i}" for i in range(20)])
+    with serve_backend(profile, monkeypatch, namespace, pg.dsn):
+        set_quotas_from(router, profile)
+        drain = asyncio.create_task(_event(_drain(120, linger_s=20.0), within_s=150))
+        while not _watching(pg) and not drain.done():  # lingers once the backlog is empty
+            await asyncio.sleep(0.02)
+        assert not drain.done(), drain.result()
+        assert _counts(pg_store)["solved"] == 20
+        await asyncio.to_thread(pg.restart)
+        try:
+            pg_store.enqueue([f"late question {i}" for i in range(10)])
+        except TaskStoreError:
+            pg_store.enqueue([f"late question {i}" for i in range(10)])  # reconnects
+        while _counts(pg_store)["solved"] < 30 and not drain.done():
+            await asyncio.sleep(0.02)
+        assert not drain.done(), drain.result()  # still lingering, not ended by the outage
+        drain.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await drain
+    counts = _counts(pg_store)
+    assert counts["solved"] == 30 and counts["claimed"] == 0
 
 
 async def test_a_store_outage_past_its_budget_ends_the_drain_with_a_clear_error(
