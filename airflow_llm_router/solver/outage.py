@@ -60,7 +60,7 @@ class Outage:
     Every caller shares it, so an outage is logged once and its length counts from the first
     failure any call saw, not per call.
 
-    :param service: what is unreachable, for the log (``"Redis"``, ``"the task store"``).
+    :param service: what is unreachable, for the log (``"Redis"``, ``"Task store"``).
     :param setting: the name of the budget's setting, for errors.
     :param budget_s: how long an outage may last before calls give up and raise.
     :param down: the errors that mean the service cannot be reached now.
@@ -137,5 +137,5 @@ class StoreOutage(Outage):
     """The task store's outages for one drain (budget: ``store_outage_s``)."""
 
     def __init__(self, budget_s: float, *, deadline: float | None = None) -> None:
-        super().__init__("the task store", "store_outage_s", budget_s,
+        super().__init__("Task store", "store_outage_s", budget_s,
                          (TaskStoreUnavailable,), deadline=deadline)

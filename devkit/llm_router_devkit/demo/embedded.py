@@ -201,13 +201,15 @@ class EmbeddedPostgres(_Service):
         self._stop_leftover(ep)
         self._launch(ep, free_port(self.host))
 
-    def restart(self) -> None:
-        """Stop the server (fast: sessions are cut off) and start it again on the same port,
-        as clients see a restart or a failover to the same address."""
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (fast: sessions are cut off) and start it again on the same port
+        ``down_s`` seconds later, as clients see a restart or a failover to the same
+        address."""
         port = self.port
         if port is None:
             raise RuntimeError("postgres not started")
         self.stop()
+        time.sleep(down_s)  # the outage itself
         self._launch(self._commands(), port)
 
     def _launch(self, ep, port: int) -> None:  # type: ignore[no-untyped-def]

@@ -75,13 +75,15 @@ def _watching(pg: EmbeddedPostgres) -> bool:
     return bool(row and row[0])
 
 
+@pytest.mark.parametrize("down_s", [0.0, 5.0])
 async def test_a_postgres_restart_mid_drain_loses_no_answer_and_the_drain_goes_on(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg: EmbeddedPostgres,
-    pg_store: TaskStore, router: RouterClient,
+    pg_store: TaskStore, router: RouterClient, down_s: float,
 ) -> None:
-    """The task store's server restarts while answers are coming in: the drain retries
-    its store calls, keeps the answers buffered, writes every one once the server is back
-    and goes on to the end. Every task is solved by one call, under its first claim."""
+    """The task store's server restarts (at once, or down for 5 s: shorter than the claim
+    TTL of 15 s) while answers are coming in: the drain retries its store calls, keeps the
+    answers buffered, writes every one once the server is back and goes on to the end.
+    Every task is solved by one call, under its first claim."""
     profile = small_profile(time_scale=120)
     n = 200
     pg_store.enqueue([f"question {i}" for i in range(n)])
@@ -91,7 +93,7 @@ async def test_a_postgres_restart_mid_drain_loses_no_answer_and_the_drain_goes_o
         while _counts(pg_store)["solved"] < 40 and not drain.done():
             await asyncio.sleep(0.02)
         assert not drain.done(), drain.result()
-        await asyncio.to_thread(pg.restart)  # sessions cut off; down while it restarts
+        await asyncio.to_thread(pg.restart, down_s)  # sessions cut off
         event = await drain
         stats = httpx.get(sim.url + "/stats").json()
     assert event["status"] == "done", event
