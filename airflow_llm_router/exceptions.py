@@ -45,6 +45,12 @@ class TaskStoreSetupError(TaskStoreError):
     retrying will not help, an operator has to act on the message."""
 
 
+class TaskStoreUnavailable(TaskStoreError):
+    """The task store's server could not be reached, or its connection broke (a restart, a
+    failover, the network); nothing of the call was committed unless the break came with
+    the commit. A drain retries it for ``DrainSettings.store_outage_s``."""
+
+
 class TaskValidationError(TaskStoreError, ValueError):
     """An argument to the task store is invalid; ``field`` names it and the message the fix."""
 

@@ -25,12 +25,14 @@ from airflow_llm_router.tokens import whole_number
 
 __all__ = ["CallResult", "CallStatus", "call_batch", "call_single"]
 
-CallStatus = Literal["ok", "rate_limited", "error", "rejected"]
+CallStatus = Literal["ok", "rate_limited", "error", "unknown_model", "rejected"]
 
 
 @dataclass(frozen=True)
 class CallResult:
-    """One call's outcome. ``retryable`` is False for errors a retry cannot fix (4xx)."""
+    """One call's outcome. ``retryable`` is False for errors a retry cannot fix (4xx).
+    ``unknown_model``: a 404 that names the model (the backend does not have it): the
+    model's fault, not the prompt's, so another model may take the prompt."""
 
     status: CallStatus
     answer: str | None = None
@@ -140,6 +142,11 @@ def _classify(wire: WireProtocol, config: BackendConfig, code: int, doc: dict[st
                           error="429 rate limited", latency_s=latency)
     if code >= 500 or code == 408:
         return CallResult("error", error=f"HTTP {code}", latency_s=latency)
+    if code == 404 and "model" in str(doc).lower():
+        # the seed backend's "unknown_model", OpenAI's "model_not_found", Anthropic's
+        # not_found_error on "model: ..."
+        return CallResult("unknown_model", error=f"HTTP 404: {str(doc)[:300]}",
+                          latency_s=latency)
     if code >= 400:
         return CallResult("rejected", error=f"HTTP {code}: {str(doc)[:300]}",
                           latency_s=latency, retryable=False)

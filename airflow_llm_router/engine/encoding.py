@@ -22,7 +22,7 @@ __all__ = ["MAX_HOP_MS", "Completion", "encode_completion", "encode_request"]
 #: The longest hop an admission may allow for (:attr:`AdmitRequest.hop_ms`): a minute.
 MAX_HOP_MS = 60_000
 
-_OUTCOMES = ("ok", "rate_limited", "error", "abandoned")
+_OUTCOMES = ("ok", "rate_limited", "error", "unknown_model", "abandoned")
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,11 @@ class Completion:
 
     :param input_tokens: actual input tokens, or ``None`` to keep the estimate.
     :param output_tokens: actual output tokens, or ``None`` to keep the estimate.
-    :param outcome: ``"ok"``, ``"rate_limited"`` (a 429), ``"error"`` (5xx, timeout) or
-        ``"abandoned"`` (the call was never made: its caller gave up between the admission
-        and the send; frees the slot, keeps the estimate in the window, says nothing of
-        the model's health or latency). A call that was sent is settled when it ends,
+    :param outcome: ``"ok"``, ``"rate_limited"`` (a 429), ``"error"`` (5xx, timeout),
+        ``"unknown_model"`` (the backend does not have the model: its breaker opens at
+        once) or ``"abandoned"`` (the call was never made: its caller gave up between the
+        admission and the send; frees the slot, keeps the estimate in the window, says
+        nothing of the model's health or latency). A call that was sent is settled when it ends,
         even one whose answer is no longer wanted: the provider counts it in flight
         until then.
     :param retry_after_s: the backend's Retry-After, for ``rate_limited``.

@@ -38,7 +38,7 @@ ROUTER_KEYS: dict[str, str] = {
     "K_WAIT_INFO": "waitinfo",  # HASH request id -> waiter JSON
     "K_WAIT_DEADLINES": "waitdl",  # ZSET request id -> deadline ms (stale waiters drop out)
     "K_FAIR": "fair",  # HASH model -> virtual finish tag; "_V" -> virtual time
-    "K_HEALTH": "health",  # HASH "<model>|cool|open|probe|fails" -> value
+    "K_HEALTH": "health",  # HASH "<model>|cool|open|probe|fails|cause" -> value
     "K_STATS": "stats",  # HASH "<model>|<counter>" -> count
     "K_SEQ": "seq",  # STRING lease sequence
     # STRING when the quotas were last synced from their durable source (ms); absent after

@@ -69,6 +69,9 @@ class ModelStats:
     cooldown_ms: int
     breaker: str
     counters: dict[str, int]
+    #: why the breaker is open or half open: ``"errors"`` (errors in a row) or
+    #: ``"unknown_model"`` (the backend does not have the model); None when closed
+    breaker_cause: str | None = None
     #: learned latency per call (ms), or the quota's prior before any call; None without.
     latency_ms: float | None = None
     #: the share of the quota admission holds the model to, learned from the provider's
@@ -157,6 +160,8 @@ class RouterStats:
                 output_estimate=int(m["output_estimate"]),
                 cooldown_ms=int(m["cooldown_ms"]),
                 breaker=str(m["breaker"]),
+                breaker_cause=None if m.get("breaker_cause") is None
+                else str(m["breaker_cause"]),
                 counters={k: int(v) for k, v in (m.get("counters") or {}).items()},
                 latency_ms=None if m.get("latency_ms") is None else float(m["latency_ms"]),
                 limit_share=float(m.get("share", 1.0)),

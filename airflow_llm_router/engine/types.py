@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Priority = Literal["bulk", "hot"]
-Outcome = Literal["ok", "rate_limited", "error", "abandoned"]
+Outcome = Literal["ok", "rate_limited", "error", "unknown_model", "abandoned"]
 OnBudget = Literal["overflow", "wait"]
 
 __all__ = [

@@ -6,7 +6,10 @@ a new task is claimed as soon as a prompt finishes, answers are written as they 
 by claim token, in small batches), and the claims of prompts still in progress are extended,
 so the claim TTL can stay short and a crashed triggerer's tasks come back quickly.
 
-The store is synchronous (psycopg); its calls run in a worker thread, one at a time.
+The store is synchronous (psycopg); its calls run in a worker thread, one at a time. They
+ride out a store outage (a PostgreSQL restart or failover) for ``store_outage_s``: retried
+with backoff, answers kept buffered meanwhile, then the drain goes on (see
+:mod:`airflow_llm_router.solver.outage`).
 """
 
 from __future__ import annotations
@@ -17,15 +20,19 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
+
 from airflow_llm_router.engine.types import as_on_budget, as_priority
+from airflow_llm_router.exceptions import TaskStoreUnavailable
 from airflow_llm_router.llm_call import call_options
 from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.solver.inflight import InFlight
 from airflow_llm_router.solver.items import SolveItem, SolveResult
+from airflow_llm_router.solver.outage import StoreOutage
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.solver.settings import DrainSettings
 from airflow_llm_router.solver.upkeep import report_backlog, stop_helpers
@@ -38,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: How often a drain waiting on others' live claims looks whether they are finished.
 OTHERS_RECHECK_S = 1.0
+
+#: The backlog watch's connection broke or could not be made (a store outage).
+WATCH_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 @dataclass
@@ -93,7 +103,8 @@ def write_results(store: TaskStore, tokens: dict[int, str],
     solved = [TaskResult(int(r.key), tokens[int(r.key)], r.answer or "", r.model or "",
                          r.input_tokens, r.output_tokens)
               for r in results if r.status == "solved"]
-    failed = [TaskFailure(int(r.key), tokens[int(r.key)], r.error or "failed", r.retryable)
+    failed = [TaskFailure(int(r.key), tokens[int(r.key)], r.error or "failed", r.retryable,
+                          r.model)
               for r in results if r.status == "failed"]
     unfinished = {int(r.key): tokens[int(r.key)] for r in results if r.status == "unfinished"}
     written = store.complete_many(solved) if solved else {}
@@ -126,8 +137,33 @@ class _Draining:
     watch: BacklogWatch | None = None
     waiting_for_others: bool = False
     until_empty: bool = False
+    outage: StoreOutage = field(init=False)
 
-    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def __post_init__(self) -> None:
+        self.outage = StoreOutage(self.settings.store_outage_s, deadline=self.deadline)
+
+    async def call(self, fn: Any, *args: Any, past_deadline: bool = False,
+                   **kwargs: Any) -> Any:
+        """Run a store call in a thread, one at a time, retried through a store outage
+        within ``store_outage_s`` and (unless ``past_deadline``: writes that keep answers
+        and claims) the deadline.
+
+        :raises TaskStoreUnavailable: past the outage budget (or the deadline), saying how
+            many answers are still buffered, unwritten.
+        """
+        try:
+            return await self.outage.call(self._call_once,
+                                          functools.partial(fn, *args, **kwargs),
+                                          what=getattr(fn, "__name__", "a store call"),
+                                          past_deadline=past_deadline)
+        except TaskStoreUnavailable as err:
+            raise TaskStoreUnavailable(
+                f"{err} (the task store stayed unreachable past store_outage_s="
+                f"{self.settings.store_outage_s:g} s or the drain's deadline; "
+                f"{len(self.results)} answers not written, {len(self.claims)} claims held: "
+                "their tasks come back when the claims expire)") from err
+
+    async def _call_once(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a store call in a thread, one at a time. If the drain is cancelled meanwhile,
         the statement still finishes before the cancellation goes on, so the clean-up that
         follows finds the store free and its bookkeeping complete (a claim taken by then is
@@ -190,11 +226,20 @@ class _Draining:
                 for item in chunk_items(claimed)]
 
     async def flush(self) -> None:
-        done, self.results = self.results, []
-        if not done:
-            return
-        tokens = {int(r.key): self.claims.pop(int(r.key)) for r in done}
-        self.state.add(await self.call(write_results, self.store, tokens, done))
+        """Write the buffered results, one statement per status, each retried through a
+        store outage even past the deadline (the answers are paid for); a result leaves
+        the buffer only once written, so what an outage past its budget stops is tried
+        again by the drain's last flush."""
+        for status in ("solved", "failed", "unfinished"):
+            part = [r for r in self.results if r.status == status]
+            if not part:
+                continue
+            tokens = {int(r.key): self.claims[int(r.key)] for r in part}
+            self.state.add(await self.call(write_results, self.store, tokens, part,
+                                           past_deadline=True))
+            self.results = [r for r in self.results if r.status != status]
+            for task_id in tokens:
+                del self.claims[task_id]
 
     async def idle(self) -> bool:
         """Nothing in progress: whether to claim again (tasks remain, arrived while
@@ -225,13 +270,32 @@ class _Draining:
             log.info("backlog empty, %d tasks claimed by others: waiting for them (next "
                      "claim expires in %.1f s)", count, next_expiry_s or 0.0)
             self.waiting_for_others = True
-        await self.open_watch()
-        assert self.watch is not None
         # look again at the next expiry, an arrival, or within a second: claims finished
         # by their workers announce nothing, and then this drain is done
-        await self.watch.arrival(min(left, OTHERS_RECHECK_S,
-                                     max(0.05, next_expiry_s or 0.0) + 0.05))
+        await self.watching(lambda watch: watch.arrival(
+            min(left, OTHERS_RECHECK_S, max(0.05, next_expiry_s or 0.0) + 0.05)))
         return True
+
+    async def watching(self, wait: Callable[[BacklogWatch], Awaitable[object]]) -> bool:
+        """``wait(watch)`` on the backlog watch (opened if need be). If the watch's
+        connection is lost (a store outage), it is dropped and this waits, through the
+        store's outage path, until the store answers again; then True (look again: the next
+        look opens a new watch and re-reads the backlog, so nothing enqueued meanwhile is
+        missed).
+
+        :raises TaskStoreUnavailable: the store stayed away past ``store_outage_s``."""
+        try:
+            await self.open_watch()
+            assert self.watch is not None
+            return bool(await wait(self.watch))
+        except WATCH_LOST as err:
+            log.warning("the backlog watch lost its connection (%s); waiting for the task "
+                        "store", type(err).__name__)
+            with contextlib.suppress(*WATCH_LOST):
+                await self.close()
+            self.watch = None
+            await self.call(self.store.backlog_size)
+            return True
 
     async def open_watch(self) -> None:
         """LISTEN on the store's channel from now on (the backlog is re-read after)."""
@@ -245,15 +309,17 @@ class _Draining:
                                        self.deadline - time.time())
         if until <= time.monotonic():
             return False
-        await self.open_watch()  # the backlog is re-read below
-        assert self.watch is not None
-        while True:
-            if await self.watch.backlog():
-                return True
-            left = until - time.monotonic()
-            if left <= 0:
-                return False
-            await self.watch.arrival(left)
+
+        async def wait(watch: BacklogWatch) -> bool:  # the watch LISTENs, then re-reads
+            while True:
+                if await watch.backlog():
+                    return True
+                left = until - time.monotonic()
+                if left <= 0:
+                    return False
+                await watch.arrival(left)
+
+        return await self.watching(wait)
 
     async def close(self) -> None:
         if self.watch is not None:
@@ -263,7 +329,7 @@ class _Draining:
     async def extend(self) -> None:
         if self.claims:
             await self.call(self.store.extend_claims, dict(self.claims),
-                            claim_ttl_s=self.settings.claim_ttl_s)
+                            claim_ttl_s=self.settings.claim_ttl_s, past_deadline=True)
 
 
 def _collect(done: Sequence[asyncio.Task[SolveResult]],
@@ -346,6 +412,6 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
         await d.close()
         await d.flush()
         if d.claims:  # cut short: give the rest back at once rather than at claim expiry
-            released = await d.call(store.release_many, dict(d.claims))
+            released = await d.call(store.release_many, dict(d.claims), past_deadline=True)
             state.released += sum(released.values())
     return state

@@ -115,6 +115,8 @@ class Solver:
         errors = limited = calls = 0
         hedged = False
         last: CallResult | None = None
+        model: str | None = None  # of the last call
+        unknown: set[str] = set()  # models the backend said it does not have
         refused = self.wire.refuses(item.options)
         if refused is not None:  # never admitted: no capacity spent on a call not sent
             return SolveResult(item.key, "failed", error=refused, retryable=False)
@@ -152,6 +154,14 @@ class Solver:
                                    input_tokens=last.input_tokens,
                                    output_tokens=last.output_tokens, calls=calls,
                                    rate_limited=limited, hedged=hedged)
+            if last.status == "unknown_model" and model not in unknown:
+                # the model's fault, not the prompt's: its breaker is open now (settled
+                # before the call returned), so admission sends the prompt elsewhere
+                unknown.add(model)
+                if item.models is not None and unknown.issuperset(item.models):
+                    return SolveResult(item.key, "failed", error=last.error, retryable=False,
+                                       model=model, calls=calls, hedged=hedged)
+                continue
             if not last.retryable:
                 return SolveResult(item.key, "failed", error=last.error, retryable=False,
                                    model=model, calls=calls, hedged=hedged)
@@ -162,7 +172,8 @@ class Solver:
             pause = self.settings.backoff_s * 2 ** (errors - 1) * random.uniform(0.5, 1.0)
             await asyncio.sleep(max(0.0, min(pause, self._left())))
         return SolveResult(item.key, "failed", error=last.error if last else None,
-                           retryable=True, calls=calls, rate_limited=limited, hedged=hedged)
+                           retryable=True, model=model, calls=calls, rate_limited=limited,
+                           hedged=hedged)
 
     async def _call_or_hedge(self, item: SolveItem, request: AdmitRequest,
                              lease: Admission) -> tuple[CallResult, str, int]:
@@ -252,10 +263,11 @@ class Solver:
         finally:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1
-        outcome = {"ok": "ok", "rate_limited": "rate_limited"}.get(result.status, "error")
+        outcome = {"ok": "ok", "rate_limited": "rate_limited",
+                   "unknown_model": "unknown_model"}.get(result.status, "error")
         if outcome == "rate_limited":
             metrics.rate_limited(model)
-        elif outcome == "error":
+        elif outcome != "ok":
             metrics.errored(model)
         said = result.signals
         done = Completion(lease_id, result.input_tokens, result.output_tokens,
@@ -321,7 +333,7 @@ async def solving(
     :param deadline: epoch seconds after which no new call is started; prompts not yet
         admitted come back ``unfinished`` (a drain's tasks return to the backlog)."""
     progress = Progress(total=0)
-    outage = RedisOutage(settings.redis_outage_s)
+    outage = RedisOutage(settings.redis_outage_s, deadline=deadline)
     async with BatchAdmitter(router, outage) as admitter:
         solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage)
         helpers = [asyncio.create_task(keep_alive(router, progress), name="heartbeats"),

@@ -72,6 +72,12 @@ class DrainSettings(SolveSettings):
         notifications) for new tasks before ending; each arrival restarts the wait.
         0: end at once.
     :param flush_every_s: how often buffered answers are written.
+    :param store_outage_s: how long the drain rides out a task store outage (a PostgreSQL
+        restart or failover): its store calls are retried with backoff, answers stay
+        buffered, and the writes of answers go on past the deadline within it. Keep it
+        below ``claim_ttl_s`` x 2/3 (claims are extended every third of the TTL), so no
+        claim expires during an outage the drain waits out. Past it the drain ends with
+        ``TaskStoreUnavailable``.
     :param start_in_worker_s: the deferrable :class:`SolveTaskOperator` first drains in its
         worker for up to this long, then defers: the first calls go out as the task starts,
         not after the triggerer's loop has picked the trigger up (1-2 s). The worker hands
@@ -89,6 +95,7 @@ class DrainSettings(SolveSettings):
     claim_ttl_s: float = Field(120.0, gt=0)
     linger_s: float = Field(0.0, ge=0)
     flush_every_s: float = Field(0.2, gt=0)
+    store_outage_s: float = Field(60.0, ge=0)
     start_in_worker_s: float = Field(0.0, ge=0)
     start_in_flight: int | None = Field(None, ge=0)
 

@@ -153,6 +153,7 @@ def check_failure(i: int, item: TaskFailure | Mapping[str, Any]) -> TaskFailure:
         claim_token=validate_token(f"failures[{i}].claim_token", item.claim_token),
         error=clean_error(item.error),
         retryable=bool(item.retryable),
+        model=clean_text(item.model) if isinstance(item.model, str) and item.model else None,
     )
 
 

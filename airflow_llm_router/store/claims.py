@@ -149,16 +149,20 @@ class ClaimCycle:
         return {r.task_id: r.task_id in written for r in checked}
 
     def fail(
-        self, task_id: int, claim_token: str, *, error: str, retryable: bool = True
+        self, task_id: int, claim_token: str, *, error: str, retryable: bool = True,
+        model: str | None = None,
     ) -> str | None:
         """Record a failed attempt if ``claim_token`` is still current.
 
         :param error: why it failed; stored in ``last_error``, cut to a few KB.
         :param retryable: False dead-letters the task at once (e.g. a prompt too large).
+        :param model: the model whose call failed, stored in ``model`` (None: no call was
+            made; the model of an earlier failure stays).
         :return: the new status, ``'pending'`` (will be retried) or ``'dead'``; None if the
             claim was superseded and nothing was written.
         """
-        return self.fail_many([TaskFailure(task_id, claim_token, error, retryable)])[task_id]
+        return self.fail_many([TaskFailure(task_id, claim_token, error, retryable, model)]
+                              )[task_id]
 
     def fail_many(
         self, failures: Iterable[TaskFailure | Mapping[str, Any]]
@@ -176,6 +180,7 @@ class ClaimCycle:
                     [f.claim_token for f in checked],
                     [f.error for f in checked],
                     [f.retryable for f in checked],
+                    [f.model for f in checked],
                 ),
             ).fetchall()
         status = dict(rows)

@@ -8,9 +8,9 @@ into :class:`TaskStoreError` are written once, here.
 
 The table is migrated on first use: a store's first transaction runs :meth:`migrate` (one
 short read when nothing is missing), so a fresh database works without a separate step.
-Errors say whether waiting can help: a lost connection is a :class:`TaskStoreError` (the
-next call reconnects), a schema newer than the package or a missing privilege is a
-:class:`TaskStoreSetupError`, which no retry fixes.
+Errors say whether waiting can help: a lost connection is a :class:`TaskStoreUnavailable`
+(the next call reconnects; a drain rides it out), a schema newer than the package or a
+missing privilege is a :class:`TaskStoreSetupError`, which no retry fixes.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from airflow_llm_router.exceptions import TaskStoreError, TaskStoreSetupError
+from airflow_llm_router.exceptions import (
+    TaskStoreError,
+    TaskStoreSetupError,
+    TaskStoreUnavailable,
+)
 from airflow_llm_router.pg import TableNames, migrate
 from airflow_llm_router.store.queries import Queries
 from airflow_llm_router.store.task_schema import MIGRATIONS
@@ -83,7 +87,7 @@ class StoreConnection:
             try:
                 self._conn = psycopg.connect(make_conninfo("", **params), autocommit=False)
             except psycopg.OperationalError as err:
-                raise TaskStoreError(f"cannot connect to the task store: {err}") from err
+                raise TaskStoreUnavailable(f"cannot connect to the task store: {err}") from err
         return self._conn
 
     @contextmanager
@@ -107,7 +111,8 @@ class StoreConnection:
         except psycopg.OperationalError as err:
             if conn.broken or conn.closed:
                 self._conn = None
-            raise TaskStoreError(f"task store connection failed: {err}") from err
+                raise TaskStoreUnavailable(f"task store connection failed: {err}") from err
+            raise TaskStoreError(f"task store call failed: {err}") from err
 
     def announce(self, conn: psycopg.Connection[Any], count: int) -> None:
         """Notify on commit that ``count`` tasks became claimable (nothing if 0)."""
@@ -122,11 +127,15 @@ class StoreConnection:
         :raises TaskStoreSetupError: the schema is newer than this package, or the user may
             not create or read what the store needs.
         """
+        conn = self.connect()
         try:
-            version = migrate(self.connect(), self.names, MIGRATIONS)
+            version = migrate(conn, self.names, MIGRATIONS)
         except pg_errors.InsufficientPrivilege as err:
             raise self._refused(err) from err
         except psycopg.OperationalError as err:
+            if conn.broken or conn.closed:
+                self._conn = None
+                raise TaskStoreUnavailable(f"task store migration failed: {err}") from err
             raise TaskStoreError(f"task store migration failed: {err}") from err
         self._migrated = True
         return version

@@ -143,8 +143,9 @@ _FAIL = """
 UPDATE {tasks} AS t
    SET status = CASE WHEN r.retryable AND t.attempts < t.max_attempts
                      THEN 'pending' ELSE 'dead' END,
-       last_error = r.error, {clear_claim}
-  FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::boolean[]) AS r(id, token, error, retryable)
+       last_error = r.error, model = coalesce(r.model, t.model), {clear_claim}
+  FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::boolean[], %s::text[])
+       AS r(id, token, error, retryable, model)
  WHERE t.id = r.id AND {current}
 RETURNING t.id, t.status
 """

@@ -186,6 +186,9 @@ class TaskFailure:
     claim_token: str
     error: str
     retryable: bool = True
+    #: the model whose call failed (None: no call was made); recorded in ``model``, so
+    #: the dead letters of a model are found by it
+    model: str | None = None
 
 
 @dataclass(frozen=True)

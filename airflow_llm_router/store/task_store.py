@@ -170,9 +170,10 @@ class TaskStore:
         return self.claims.complete_many(results)
 
     def fail(self, task_id: int, claim_token: str, *, error: str,
-             retryable: bool = True) -> str | None:
+             retryable: bool = True, model: str | None = None) -> str | None:
         """Record one failed attempt, fenced; see :meth:`.ClaimCycle.fail`."""
-        return self.claims.fail(task_id, claim_token, error=error, retryable=retryable)
+        return self.claims.fail(task_id, claim_token, error=error, retryable=retryable,
+                                model=model)
 
     def fail_many(self, failures: Iterable[TaskFailure | Mapping[str, Any]]
                   ) -> dict[int, str | None]:

@@ -13,10 +13,12 @@ from airflow.sdk import BaseHook
 from airflow.triggers.base import TriggerEvent
 
 from airflow_llm_router.backend import http_client
+from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.hooks.models_backend import ModelsBackendHook
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.solver.drain import DrainState, drain_store
 from airflow_llm_router.solver.items import SolveItem
+from airflow_llm_router.solver.outage import NOT_AN_OUTAGE
 from airflow_llm_router.solver.runner import Solver, solve_items, solving
 from airflow_llm_router.solver.settings import DrainSettings, SolveSettings, parse_settings
 from airflow_llm_router.store import TaskStore
@@ -64,7 +66,10 @@ class _SolvingTrigger(RouterTrigger):
 
     @contextlib.asynccontextmanager
     async def _solver(self) -> AsyncIterator[Solver]:
-        """The router client, the backend's HTTP pools and a solver, closed afterwards."""
+        """The router client, the backend's HTTP pools and a solver, closed afterwards.
+
+        :raises ConnectionConfigError: Redis refused the connection's password or user (not
+            an outage: no retry mends it), naming the connection."""
         settings = self._settings()
         router = await RouterHook(self.router_conn_id).get_async_client()
         try:
@@ -72,6 +77,11 @@ class _SolvingTrigger(RouterTrigger):
             async with await http_client(backend, settings.max_in_flight) as http, \
                     solving(router, http, backend, settings, self.deadline) as solver:
                 yield solver
+        except NOT_AN_OUTAGE as err:
+            raise ConnectionConfigError(
+                self.router_conn_id, "login/password",
+                f"Redis refused them ({type(err).__name__}: {err}); set the connection's "
+                "login and password to a user the server accepts") from err
         finally:
             await router.aclose()
 

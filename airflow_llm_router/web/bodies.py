@@ -65,6 +65,9 @@ class Usage(BaseModel):
     concurrency_pct: float | None
     cooldown_ms: int
     breaker: str
+    #: why the breaker is not closed: ``"errors"`` in a row, or ``"unknown_model"`` (the
+    #: backend does not have the model); None when closed
+    breaker_cause: str | None = None
     #: the share of the quota admission holds the model to, learned from the provider's
     #: 429s (1.0: the quota); below 1, ``effective`` holds the limits in force
     limit_share: float = 1.0

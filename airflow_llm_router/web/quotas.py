@@ -60,8 +60,9 @@ def _usage(m: ModelStats | None, quota: ModelQuota) -> Usage | None:
     return Usage(requests=m.requests, tokens=m.tokens, in_flight=m.in_flight,
                  rpm_pct=_pct(m.requests, quota.rpm), tpm_pct=_pct(m.tokens, quota.tpm),
                  concurrency_pct=_pct(m.in_flight, quota.max_concurrency),
-                 cooldown_ms=m.cooldown_ms, breaker=m.breaker, limit_share=m.limit_share,
-                 effective=m.effective, guard_ms=m.guard_ms, spend=spend_view(m.spend))
+                 cooldown_ms=m.cooldown_ms, breaker=m.breaker, breaker_cause=m.breaker_cause,
+                 limit_share=m.limit_share, effective=m.effective, guard_ms=m.guard_ms,
+                 spend=spend_view(m.spend))
 
 
 def spend_view(s: SpendStats | None) -> SpendView | None:

@@ -5,7 +5,8 @@
 --           delay ms, hold ms, announced requests, announced tokens, latency ms,
 --           receipt ms ago], ...]
 --          tokens -1 = unknown (the estimate stays); outcome 'ok' | 'rate_limited' | 'error'
---          | 'abandoned' (the lease's call was never made: lib/health.lua);
+--          | 'unknown_model' (the backend does not have the model) | 'abandoned' (the
+--          lease's call was never made: lib/health.lua);
 --          the rest are optional (-1 or 0: unknown), from what the provider said:
 --          delay = when the call reached it less when it was sent (widens the model's guard,
 --          lib/guard.lua); hold = ms until its window has room again, said on any outcome

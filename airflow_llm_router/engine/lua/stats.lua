@@ -21,7 +21,7 @@ if type(names) ~= 'table' then
 end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
                   'expired', 'breaker_opened', 'limit_cuts', 'guard_widened', 'abandoned',
-                  'receipts'}
+                  'receipts', 'unknown_model'}
 local out = {}
 for _, m in ipairs(names) do
   local st = load_model(m)
@@ -35,9 +35,12 @@ for _, m in ipairs(names) do
     if not lat and st.q.lat then lat = st.q.lat * 1000 end
     local state = 'closed'
     if st.open > NOW then state = 'open' elseif st.open > 0 then state = 'half_open' end
+    -- why it opened: 'errors' in a row, or 'unknown_model' (lib/health.lua)
+    local cause = state ~= 'closed' and redis.call('HGET', K_HEALTH, m .. '|cause') or nil
     out[m] = {requests = st.n, tokens = st.s, input_tokens = st.i, output_tokens = st.o,
               in_flight = st.live, output_estimate = st.est, cooldown_ms = math.max(0, st.cool - NOW),
-              breaker = state, counters = counters, latency_ms = lat, share = st.share,
+              breaker = state, breaker_cause = cause, counters = counters, latency_ms = lat,
+              share = st.share,
               guard_ms = st.guard, kinds = kinds_of(m), excess = st.xs,
               excess_max = st.xm, output_tail = st.ot}
     out[m].spend = budget_view(m, model_view(m).q)

@@ -204,7 +204,13 @@ function renderRow(view) {
   small.textContent = `window ${view.quota.window_s} s`;
   if (u.cooldown_ms > 0) small.append(el("span", { class: "badge bad" }, "cooldown"));
   if (u.breaker && u.breaker !== "closed") {
-    small.append(el("span", { class: "badge bad" }, `breaker ${u.breaker}`));
+    const unknown = u.breaker_cause === "unknown_model";
+    small.append(el("span", {
+      class: "badge bad", "data-breaker-cause": u.breaker_cause || "",
+      title: unknown ? "the backend answered 404: it does not have this model; its calls "
+        + "go to other models until a probe call succeeds"
+        : "errors in a row: calls go to other models until a probe call succeeds",
+    }, unknown ? `breaker ${u.breaker}: unknown to the backend` : `breaker ${u.breaker}`));
   }
   if (u.effective) { // the provider's 429s taught a lower limit than the target
     const e = u.effective;

@@ -199,7 +199,21 @@ class EmbeddedPostgres(_Service):
             ep.initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres",
                        "--no-sync"], pgdata=self.data_dir, user=self._user)
         self._stop_leftover(ep)
-        self.port = free_port(self.host)
+        self._launch(ep, free_port(self.host))
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (fast: sessions are cut off) and start it again on the same port
+        ``down_s`` seconds later, as clients see a restart or a failover to the same
+        address."""
+        port = self.port
+        if port is None:
+            raise RuntimeError("postgres not started")
+        self.stop()
+        time.sleep(down_s)  # the outage itself
+        self._launch(self._commands(), port)
+
+    def _launch(self, ep, port: int) -> None:  # type: ignore[no-untyped-def]
+        self.port = port
         log = self.workdir / "postgres.log"
         ep.pg_ctl(["-w", "-t", "30", "-o", f"-h {self.host} -p {self.port} -k {self.data_dir}",
                    "-l", str(log), "start"], pgdata=self.data_dir, user=self._user, timeout=40)

@@ -87,12 +87,14 @@ async def test_models_backend_refuses_options_it_cannot_send(sim: SimulatorServe
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_unknown_model_is_final_and_a_cut_body_retryable(protocol: str) -> None:
+async def test_unknown_model_is_the_models_fault_and_a_cut_body_retryable(protocol: str) -> None:
+    """Each protocol's 404 for a model the provider does not have is ``unknown_model``:
+    the solver takes the model out of rotation and sends the prompt elsewhere."""
     with SimulatorServer(_profile(truncate_rate=1.0)) as sim:
         config = config_for(protocol, sim.url)
         (unknown,) = await _calls(config, 1, model="nope")
         (cut,) = await _calls(config, 1)
-    assert (unknown.status, unknown.retryable) == ("rejected", False)
+    assert unknown.status == "unknown_model"
     assert unknown.error is not None and unknown.error.startswith("HTTP 404")
     assert (cut.status, cut.answer, cut.retryable) == ("error", None, True)
 

@@ -118,6 +118,32 @@ def test_failed_probe_opens_the_breaker_again(make_router: Callable[..., RouterC
     assert router.stats().models["a"].counters["breaker_opened"] == 2
 
 
+def test_an_unknown_model_opens_the_breaker_at_once_with_its_cause(
+    make_router: Callable[..., RouterClient],
+) -> None:
+    """One 404 unknown_model (not a streak of errors) takes the model out of rotation:
+    an any-model request goes to the other model; the cause shows in the stats until a
+    probe succeeds."""
+    router = make_router(breaker_failures=5, breaker_open_ms=300)
+    for model in ("typo", "good"):
+        router.set_quota(model, {"rpm": 1000, "tpm": 10**6, "max_concurrency": 10})
+    lease = router.admit(1, models=["typo"])
+    assert isinstance(lease, Admission)
+    router.complete(lease.lease_id, outcome="unknown_model")
+    typo = router.stats().models["typo"]
+    assert typo.breaker == "open" and typo.breaker_cause == "unknown_model"
+    assert typo.counters["unknown_model"] == 1 and typo.counters["breaker_opened"] == 1
+    assert router.stats().models["good"].breaker_cause is None
+    for _ in range(3):
+        other = router.admit(1)
+        assert isinstance(other, Admission) and other.model == "good"
+    probe = router.wait_for_admission(AdmitRequest(1, models=("typo",)), timeout_s=5)
+    assert probe is not None and probe.model == "typo"
+    router.complete(probe.lease_id, 1, 1)
+    typo = router.stats().models["typo"]
+    assert typo.breaker == "closed" and typo.breaker_cause is None
+
+
 def test_hot_request_is_admitted_ahead_of_waiting_bulk(router: RouterClient) -> None:
     router.set_quota("a", {"rpm": 1000, "tpm": 10**6, "max_concurrency": 1})
     holder = router.admit(1)

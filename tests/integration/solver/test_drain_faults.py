@@ -20,7 +20,7 @@ from psycopg import sql
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
-from airflow_llm_router.store import TaskStore
+from airflow_llm_router.store import DeadFilter, TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
 from tests.integration.backends import quotas_from, serve_backend, set_quotas_from, small_profile
 from tests.integration.redis_server import private_redis
@@ -227,3 +227,56 @@ def test_a_drain_whose_loop_shuts_down_hands_back_the_claim_it_was_taking(
     assert claimed.is_set()
     counts = store.counts()
     assert counts["claimed"] == 0 and counts["pending"] == 20, counts
+
+
+async def test_a_dead_letter_records_the_model_whose_calls_failed_it(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """Any-model tasks die on the one model with a quota (every call answers 500): the
+    page's model filter finds them by that model, though their ``allowed_models`` is
+    NULL. (Four: fewer errors than open the model's breaker.)"""
+    profile = small_profile(time_scale=120, error_rate=1.0)
+    store.enqueue([f"prompt {i}" for i in range(4)], max_attempts=1)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn):
+        router.set_quota("m3", quotas_from(profile)["m3"])
+        drain = DrainTrigger(
+            store={"postgres_conn_id": "postgres_default", "schema": pg_schema,
+                   "table": "tasks"},
+            worker_id="drain-under-test",
+            settings={"max_errors": 1, "backoff_s": 0.05, "hedge_late_calls": False},
+            router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+            deadline=time.time() + 30)
+        event = await _event(drain, within_s=60)
+    assert event["status"] == "done", event
+    assert event["summary"]["dead"] == 4
+    page = store.admin.dead_tasks(matching=DeadFilter(model="m3"))
+    assert page.total == 4 and {t.model for t in page.tasks} == {"m3"}
+    assert all(t.allowed_models is None for t in page.tasks)
+
+
+async def test_a_model_the_backend_does_not_know_is_taken_out_of_rotation(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """A quota for a model the backend does not have (it answers 404 unknown_model): the
+    model's fault, not the tasks'. Its breaker opens at once with that cause, the tasks
+    it failed go to other models, no attempt is burnt and none dies."""
+    profile = small_profile(time_scale=120)
+    n = 100
+    store.enqueue([f"prompt {i}" for i in range(n)], max_attempts=5)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
+        set_quotas_from(router, profile)
+        router.set_quota("flash-mini-typo", quotas_from(profile)["m3"])
+        event = await _event(_drain(pg_schema, seconds=60), within_s=90)
+        stats = _sim_stats(sim.url)
+    assert event["status"] == "done", event
+    assert event["summary"]["solved"] == n and event["summary"]["dead"] == 0, event
+    counts = store.counts()
+    assert counts["solved"] == n and counts["dead"] == 0 and counts["pending"] == 0
+    assert all(row is not None and row.attempts == 1 and row.model != "flash-mini-typo"
+               for row in (store.get(i) for i in range(1, n + 1)))
+    typo = router.stats().models["flash-mini-typo"]
+    assert typo.counters["unknown_model"] >= 1 and typo.counters["breaker_opened"] >= 1
+    assert typo.breaker != "closed" and typo.breaker_cause == "unknown_model", typo
+    assert stats["totals"]["completed"] == n

@@ -113,6 +113,24 @@ def test_dead_list_newest_first_paged_filtered_and_without_prompts(
     assert store.admin.dead_tasks(matching=DeadFilter(error_contains="%")).total == 0
 
 
+def test_a_dead_letter_records_the_model_that_failed_it(store: TaskStore) -> None:
+    """An any-model task that died on a model's errors is found by that model's filter;
+    a later failure with no call (no model) keeps the model of the earlier one."""
+    ghost, other = store.enqueue(["a", "b"], max_attempts=2)
+    claimed = {t.id: t for t in store.claim(2, worker_id="w", claim_ttl_s=30)}
+    assert store.fail(ghost, claimed[ghost].claim_token, error="HTTP 500",
+                      model="ghost-model") == "pending"
+    assert store.fail(other, claimed[other].claim_token, error="HTTP 500", retryable=False,
+                      model="other-model") == "dead"
+    (again,) = store.claim(1, worker_id="w", claim_ttl_s=30)
+    assert again.id == ghost
+    assert store.fail(ghost, again.claim_token, error="no model can take it") == "dead"
+    page = store.admin.dead_tasks(matching=DeadFilter(model="ghost-model"))
+    assert [t.id for t in page.tasks] == [ghost] and page.tasks[0].model == "ghost-model"
+    assert [t.id for t in store.admin.dead_tasks(matching=DeadFilter(model="other-model")).tasks
+            ] == [other]
+
+
 def test_requeue_by_ids_resets_attempts_keeps_the_error_logs_and_notifies(
         store: TaskStore, listener: psycopg.Connection[object]) -> None:
     dead = _kill(store, 3, error="backend said no")

@@ -186,8 +186,8 @@ end
 
 -- Settle completed leases: items {lease id, input or -1, output or -1, outcome, ...}, each
 -- lease once (its first mention); records: lease id -> lease_fields of the live ones.
--- Known tokens settle at their cost, a 429 at 0 (the provider served nothing), unknown
--- tokens at the reservation.
+-- Known tokens settle at their cost, a 429 or an unknown model at 0 (the provider served
+-- nothing), unknown tokens at the reservation.
 local function budget_settle(items, records)
   local lids, first, costs = {}, {}, {}
   for _, it in ipairs(items) do
@@ -201,7 +201,7 @@ local function budget_settle(items, records)
   if #lids == 0 then return end
   budget_release(lids, costs, function(lid, pi, po)
     local it = first[lid]
-    if it[4] == 'rate_limited' then return 0 end
+    if it[4] == 'rate_limited' or it[4] == 'unknown_model' then return 0 end
     if it[2] >= 0 and it[3] >= 0 then return micro_ceil(it[2] * pi + it[3] * po) end
     return nil
   end)

@@ -98,7 +98,7 @@ local function history_outcomes(m, batch, out)
   for _, it in ipairs(batch) do
     if out[it[6]] > 0 then
       if it[4] == 'rate_limited' then limited = limited + 1
-      elseif it[4] == 'error' then errors = errors + 1 end
+      elseif it[4] == 'error' or it[4] == 'unknown_model' then errors = errors + 1 end
     end
   end
   local opened = HIST_OPENED[m] or 0
