@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from airflow_llm_router.cli import CliParser
 from llm_router_devkit.demo.run import DemoOptions, main_guarded
@@ -27,6 +29,29 @@ def _dag(name: str) -> str:
     return name
 
 
+def _number(kind: type[int] | type[float], low: float, *, above: bool = False,
+            high: float | None = None) -> Any:
+    """An argparse type: a ``kind`` number >= ``low`` (> with ``above``), <= ``high`` if
+    given; a value out of range is refused with the range, before anything starts."""
+    name = "an integer" if kind is int else "a number"
+    floor = f"> {low:g}" if above else f">= {low:g}"
+    wanted = f"{name} {floor}" if high is None else f"{name} from {low:g} to {high:g}"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}") from None
+        ok = (math.isfinite(value) and (value > low if above else value >= low)
+              and (high is None or value <= high))
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: give {wanted}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     d = _DEFAULTS
     parser = CliParser(
@@ -36,23 +61,23 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
-    add("--prompts", type=int, default=d.prompts, help="tasks to seed")
-    add("--time-scale", type=float, default=d.time_scale,
+    add("--prompts", type=_number(int, 1), default=d.prompts, help="tasks to seed")
+    add("--time-scale", type=_number(float, 0, above=True), default=d.time_scale,
         help="simulator speed-up: latencies and the 60 s window are divided by this")
     add("--seed", type=int, default=d.seed, help="seed of the backlog and the simulator")
-    add("--error-rate", type=float, default=d.error_rate,
+    add("--error-rate", type=_number(float, 0, high=1), default=d.error_rate,
         help="probability that the simulator answers 500 to an accepted call")
     add("--dag", default=d.dag, choices=["llm_router_drain"], type=_dag,
         help="the example DAG that drains the backlog (the design it replaces is compared "
         "in the benchmark, where its workers run in parallel as in production: python -m "
         "bench.e2e --designs as-is router)")
-    add("--fan-out", type=int, default=d.fan_out,
+    add("--fan-out", type=_number(int, 0), default=d.fan_out,
         help="solvers, the lead included (drain DAG); 0: as many as the router advises")
-    add("--claim-batch", type=int, default=d.claim_batch,
+    add("--claim-batch", type=_number(int, 1), default=d.claim_batch,
         help="the most tasks one claim takes (drain DAG)")
-    add("--max-in-flight", type=int, default=d.max_in_flight,
+    add("--max-in-flight", type=_number(int, 1), default=d.max_in_flight,
         help="model calls in flight per solver (drain DAG)")
-    add("--time-budget-s", type=float, default=d.time_budget_s,
+    add("--time-budget-s", type=_number(float, 0, above=True), default=d.time_budget_s,
         help="wall-clock seconds after which a solver claims no new task (drain DAG)")
     add("--redis-url", help="use this Redis instead of starting an embedded one")
     add("--postgres-dsn", help="use this PostgreSQL instead of starting an embedded one")
@@ -61,15 +86,17 @@ def _parser() -> argparse.ArgumentParser:
     add("--workdir", type=Path, default=d.workdir, help="where the embedded servers and "
         "Airflow keep their files")
     add("--dags-folder", type=Path, default=d.dags_folder, help="the example DAGs")
-    add("--progress-interval", type=float, default=d.progress_interval_s,
+    add("--progress-interval", type=_number(float, 0, above=True), default=d.progress_interval_s,
         help="seconds between progress lines")
+    add("--no-yardstick", dest="yardstick", action="store_false",
+        help="skip the LP lower bound and the reference schedules after the run (minutes "
+        "on 2 cores for a few thousand prompts); the report then has the fluid "
+        "approximation only")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.prompts < 1 or args.time_scale <= 0:
-        _parser().error("--prompts must be >= 1 and --time-scale > 0")
     opts = DemoOptions(
         prompts=args.prompts, time_scale=args.time_scale, seed=args.seed,
         error_rate=args.error_rate, dag=args.dag, fan_out=args.fan_out,
@@ -77,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         time_budget_s=args.time_budget_s, redis_url=args.redis_url,
         postgres_dsn=args.postgres_dsn, workdir=args.workdir, dags_folder=args.dags_folder,
         schema=args.schema, progress_interval_s=args.progress_interval,
+        yardstick=args.yardstick,
     )
     return main_guarded(opts)
 

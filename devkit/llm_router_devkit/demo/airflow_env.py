@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -19,7 +19,8 @@ from urllib.parse import unquote, urlsplit
 import pluggy
 from psycopg.conninfo import conninfo_to_dict
 
-__all__ = ["configure", "connection_env", "load_dag", "migrate_metadata_db", "run_dag"]
+__all__ = ["configure", "connection_env", "load_dag", "migrate_metadata_db", "return_values",
+           "run_dag"]
 
 ROUTER_CONN_ID = "llm_router_default"
 BACKEND_CONN_ID = "models_backend_default"
@@ -155,9 +156,9 @@ class _KeepSigterm:
         signal.signal(signal.SIGTERM, self.handler)
 
 
-def run_dag(dag: Any, conf: Mapping[str, Any]) -> tuple[str, float]:
-    """One run with ``dag.test()`` (tasks and triggers in this process); (state, seconds).
-    The SIGTERM handler in force when it is called stays in force throughout."""
+def run_dag(dag: Any, conf: Mapping[str, Any]) -> tuple[str, float, str | None]:
+    """One run with ``dag.test()`` (tasks and triggers in this process); (state, seconds,
+    run id). The SIGTERM handler in force when it is called stays in force throughout."""
     from airflow.sdk.listener import get_listener_manager
 
     handler = signal.getsignal(signal.SIGTERM)
@@ -170,4 +171,16 @@ def run_dag(dag: Any, conf: Mapping[str, Any]) -> tuple[str, float]:
     finally:
         listeners.pm.unregister(keeper)
         signal.signal(signal.SIGTERM, handler)
-    return str(getattr(run, "state", "unknown")), time.monotonic() - start
+    return (str(getattr(run, "state", "unknown")), time.monotonic() - start,
+            getattr(run, "run_id", None))
+
+
+def return_values(dag_id: str, run_id: str, task_ids: Sequence[str]) -> list[Any]:
+    """The XCom ``return_value`` of each of ``task_ids`` (every map index) in one run."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(
+            run_id=run_id, key="return_value", dag_ids=dag_id, task_ids=list(task_ids)))
+        return [XComModel.deserialize_value(row) for row in rows]

@@ -30,10 +30,17 @@ from llm_router_devkit import redis_tools
 from llm_router_devkit.demo import airflow_env
 from llm_router_devkit.demo.embedded import EmbeddedPostgres, EmbeddedRedis
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound
-from llm_router_devkit.demo.progress import ProgressPrinter
+from llm_router_devkit.demo.progress import Heartbeat, ProgressPrinter
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.seed import SeedTask, groups, make_backlog, seed_store
-from llm_router_devkit.demo.summary import Totals, Yardstick, format_report, model_rows
+from llm_router_devkit.demo.summary import (
+    Calls,
+    Totals,
+    Yardstick,
+    calls_from,
+    format_report,
+    model_rows,
+)
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
 from llm_router_devkit.yardstick import (
@@ -65,6 +72,7 @@ class DemoOptions:
     dags_folder: Path = field(default_factory=lambda: EXAMPLE_DAGS)
     schema: str = "llm_router_demo"
     progress_interval_s: float = 2.0
+    yardstick: bool = True  # the LP bound and the reference schedules after the run
 
 
 #: The repository's example DAGs (beside the devkit), wherever the demo is started from.
@@ -128,7 +136,8 @@ def _backend_probe(http: httpx.Client) -> dict[str, int]:
     doc = http.get("/stats").json()
     models = doc["models"].values()
     return {"in_flight": sum(m["in_flight"] for m in models),
-            "rejected_429": sum(m["rejected_429"] for m in models)}
+            "rejected_429": sum(m["rejected_429"] for m in models),
+            "errors": sum(m["errors"] for m in models)}
 
 
 def _first_call_offset(http: httpx.Client) -> float | None:
@@ -198,27 +207,39 @@ def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
             "profile": profile, "capacity": capacity, "bound": bound, "backlog": backlog}
 
 
-def yardstick(profile: SimulatorProfile, backlog: Sequence[SeedTask]) -> Yardstick:
+def yardstick(profile: SimulatorProfile, backlog: Sequence[SeedTask],
+              heartbeat_s: float = 10.0) -> Yardstick:
     """The LP bound and the reference schedule of this backlog (see ``yardstick/``), and,
     when some prompts carry an ordered preference list, the reference that keeps it; and
-    the reference with costs unknown (keeping the lists, as the router does)."""
+    the reference with costs unknown (keeping the lists, as the router does). Says each
+    step as it starts, and every ``heartbeat_s`` that it is still at it."""
     started = time.monotonic()
-    instance = instance_from_profile(profile, [t.prompt for t in backlog],
-                                     [t.allowed_models for t in backlog], ordered=True)
-    bound = lp_bound(instance)
-    reference = reference_schedule(instance, bound.plan)
-    kept = None
-    if any(t.allowed_models for t in backlog):
-        kept = reference_schedule(instance, bound.plan, ordered=True).makespan_s
-    blind = blind_reference_schedule(instance, lp_bound(instance.as_expected()).plan,
-                                     ordered=True)
+    listed = any(t.allowed_models for t in backlog)
+    steps = 5 if listed else 4
+    with Heartbeat(steps, heartbeat_s, say) as beat:
+        beat.step("the instance: each prompt's cost on each model")
+        instance = instance_from_profile(profile, [t.prompt for t in backlog],
+                                         [t.allowed_models for t in backlog], ordered=True)
+        beat.step("the LP lower bound")
+        bound = lp_bound(instance)
+        beat.step("the reference schedule")
+        reference = reference_schedule(instance, bound.plan)
+        kept = None
+        if listed:
+            beat.step("the reference with preferences kept")
+            kept = reference_schedule(instance, bound.plan, ordered=True).makespan_s
+        beat.step("the reference with costs unknown")
+        blind = blind_reference_schedule(instance, lp_bound(instance.as_expected()).plan,
+                                         ordered=True)
     return Yardstick(lp_bound_s=bound.makespan_s, reference_s=reference.makespan_s,
                      seconds=time.monotonic() - started, kept_s=kept,
                      blind_s=blind.makespan_s)
 
 
-def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[str, float, float]:
-    """The DAG run with progress lines; (state, seconds, wall time of the stats reset)."""
+def _run_dag(stack: ExitStack, opts: DemoOptions,
+             env: dict[str, Any]) -> tuple[str, float, float, str | None]:
+    """The DAG run with progress lines; (state, seconds, wall time of the stats reset, run
+    id)."""
     http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=10))
     http.post("/stats/reset").raise_for_status()
     reset_at = time.time()
@@ -234,8 +255,29 @@ def _run_dag(stack: ExitStack, opts: DemoOptions, env: dict[str, Any]) -> tuple[
                          router=lambda: _router_probe(env["router"]),
                          backend=lambda: _backend_probe(probe_http),
                          interval_s=opts.progress_interval_s):
-        state, seconds = airflow_env.run_dag(env["dag"], _conf(opts))
-    return state, seconds, reset_at
+        state, seconds, run_id = airflow_env.run_dag(env["dag"], _conf(opts))
+    return state, seconds, reset_at, run_id
+
+
+#: The drain DAG's solver tasks, whose XCom is their drain's summary.
+SOLVER_TASKS = ("lead", "solve")
+
+
+def _hedged(dag_id: str, run_id: str | None) -> int | None:
+    """Prompts the run's solvers hedged (their summaries' ``hedged``); None if unknown."""
+    if run_id is None:
+        return None
+    try:
+        summaries = airflow_env.return_values(dag_id, run_id, SOLVER_TASKS)
+    except Exception:  # the report says "?" rather than fail over one figure
+        return None
+    return sum(int(s.get("hedged", 0)) for s in summaries if isinstance(s, dict))
+
+
+def _calls(env: dict[str, Any], stats: dict[str, Any], dag_id: str,
+           run_id: str | None) -> Calls:
+    counters = {m: s.counters for m, s in env["router"].stats().models.items()}
+    return calls_from(counters, stats, _hedged(dag_id, run_id))
 
 
 def _say_interrupted(env: dict[str, Any], opts: DemoOptions) -> None:
@@ -261,7 +303,7 @@ def run(opts: DemoOptions) -> int:
     with sigterm_as_interrupt(), ExitStack() as stack:
         env = _prepare(stack, opts)
         try:
-            state, dag_seconds, reset_at = _run_dag(stack, opts, env)
+            state, dag_seconds, reset_at, run_id = _run_dag(stack, opts, env)
         except KeyboardInterrupt:
             _say_interrupted(env, opts)
             raise
@@ -272,12 +314,16 @@ def run(opts: DemoOptions) -> int:
         first = _first_call_offset(http)
         last = _last_answer_epoch(env["dsn"], opts.schema)
         makespan = (last - (reset_at + first)) if first is not None and last else 0.0
-        say("computing the LP lower bound and the reference schedule ...")
+        measure = None
+        if opts.yardstick:
+            say("computing the LP lower bound and the reference schedules (--no-yardstick "
+                "skips them) ...")
+            measure = yardstick(env["profile"], env["backlog"])
         totals = Totals(tasks=opts.prompts, counts=counts, makespan_s=makespan,
                         dag_run_s=dag_seconds, bound=env["bound"],
                         time_scale=opts.time_scale,
-                        window_s=env["profile"].scaled_window_s,
-                        yardstick=yardstick(env["profile"], env["backlog"]))
+                        window_s=env["profile"].scaled_window_s, yardstick=measure,
+                        calls=_calls(env, stats, opts.dag, run_id))
         rows = model_rows(stats, env["capacity"], makespan)
         say(format_report(rows, totals, int(stats["totals"]["violations"])))
         if totals.left:

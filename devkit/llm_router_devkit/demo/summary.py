@@ -14,7 +14,7 @@ from typing import Any
 
 from llm_router_devkit.demo.fluid_bound import Bound, ModelCapacity
 
-__all__ = ["ModelRow", "Totals", "format_report", "model_rows"]
+__all__ = ["Calls", "ModelRow", "Totals", "format_report", "model_rows"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,40 @@ def model_rows(
 
 
 @dataclass(frozen=True)
+class Calls:
+    """What became of the calls the router admitted, summed over the models.
+
+    ``admitted``, ``failed``, ``rate_limited`` and ``abandoned`` are the router's counters
+    (``RouterClient.stats()``), ``backend_errors`` and ``backend_timeouts`` the backend's
+    (``/stats``), ``hedged`` the drain's own count (its solvers' summaries; None: unknown).
+    """
+
+    admitted: int
+    failed: int  # calls that ended in an error: a 5xx, a timeout, a connection lost
+    rate_limited: int  # calls the backend answered 429
+    abandoned: int  # admissions whose call was never sent: their prompt was answered first
+    backend_errors: int  # 500s the backend answered
+    backend_timeouts: int
+    hedged: int | None = None  # prompts whose late call was sent to a second model too
+
+
+def calls_from(router_counters: Mapping[str, Mapping[str, int]], backend: Mapping[str, Any],
+               hedged: int | None) -> Calls:
+    """:class:`Calls` from the router's counters per model, a simulator ``/stats`` document
+    and the drain's count of hedged prompts."""
+    def router(name: str) -> int:
+        return sum(int(c.get(name, 0)) for c in router_counters.values())
+
+    def sim(name: str) -> int:
+        return sum(int(m.get(name, 0)) for m in backend["models"].values())
+
+    return Calls(admitted=router("admitted"), failed=router("errors"),
+                 rate_limited=router("rate_limited"), abandoned=router("abandoned"),
+                 backend_errors=sim("errors"), backend_timeouts=sim("timeouts"),
+                 hedged=hedged)
+
+
+@dataclass(frozen=True)
 class Totals:
     """Task outcomes and timings of one run (seconds, wall clock)."""
 
@@ -107,6 +141,7 @@ class Totals:
     time_scale: float
     window_s: float
     yardstick: Yardstick | None = None
+    calls: Calls | None = None
 
     @property
     def left(self) -> int:
@@ -224,6 +259,7 @@ def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
         f"dead {totals.counts.get('dead', 0)}  left unsolved {totals.left}",
         f"violations at the backend (429s): {violations}",
         *_why_refused(rows),
+        *_calls_lines(totals),
         f"makespan: {totals.makespan_s:.1f} s (first call at the backend -> last answer "
         "written in the store)",
         f"DAG run wall time: {totals.dag_run_s:.1f} s (includes Airflow's start-up)",
@@ -239,10 +275,36 @@ def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
     return "\n".join(lines)
 
 
+def _calls_lines(totals: Totals) -> list[str]:
+    """Why the router admitted more calls than there are tasks: hedges and retries."""
+    c = totals.calls
+    if c is None:
+        return []
+    extra = c.admitted - totals.tasks
+    more = (f"{extra} more than one per task: hedges and retries" if extra > 0
+            else "one call per task at most")
+    lines = [f"calls: the router admitted {c.admitted} for {totals.tasks} tasks ({more}):"]
+    hedged = "?" if c.hedged is None else str(c.hedged)
+    lines.append(
+        f"  hedges: {hedged} prompts whose call ran past its model's late point, with no "
+        "prompt waiting, were sent to a second model as well (the first answer is kept; "
+        "both calls are paid)")
+    timeouts = f", timed out {c.backend_timeouts}" if c.backend_timeouts else ""
+    lines.append(
+        f"  retries: {c.failed} calls failed (the backend answered 500 to "
+        f"{c.backend_errors}{timeouts}) and {c.rate_limited} got a 429; a failed call is "
+        "made again after a backoff (unless the other call of its hedged prompt answered: "
+        "the two counts overlap), a task dead-lettered once its attempts are spent")
+    if c.abandoned:
+        lines.append(f"  abandoned: {c.abandoned} admissions whose call was never sent "
+                     "(their prompt was answered first)")
+    return lines
+
+
 def _yardstick_lines(totals: Totals) -> list[str]:
     y = totals.yardstick
     if y is None:
-        return []
+        return ["LP lower bound and reference schedules: skipped (--no-yardstick)"]
     lines = [
         f"LP lower bound: {y.lp_bound_s:.1f} s (no schedule of these prompts can finish "
         "sooner: each prompt's own cost, windows counted step by step)",

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from llm_router_devkit.demo.fluid_bound import Bound, ModelCapacity
-from llm_router_devkit.demo.summary import Totals, Yardstick, format_report, model_rows
+from llm_router_devkit.demo.summary import Totals, Yardstick, calls_from, format_report, model_rows
 
 
 def _model_stats(**over):
@@ -76,7 +76,9 @@ def test_report_states_the_figures_and_the_bound_inputs() -> None:
     assert "fluid approximation (mean costs; not a lower bound): 10.0 s = fluid 9.5 s + " \
         "one call 0.5 s" in text
     assert "[any model, m]; this run at 20% of it" in text
-    assert "LP lower bound" not in text  # no yardstick computed
+    assert "LP lower bound:" not in text  # no yardstick computed
+    assert "reference schedules: skipped (--no-yardstick)" in text
+    assert "calls:" not in text  # no call counts given
     assert "R_m = min(rpm/W, tpm/(W*t), max_concurrency/L)" in text
     line = next(x for x in text.splitlines() if x.strip().startswith("m "))
     assert line.split()[:3] == ["m", "120", "0"]
@@ -114,3 +116,32 @@ def test_report_says_why_a_token_window_went_over() -> None:
     text = format_report([over], _totals({"solved": 1}), violations=1)
     assert "m: answers longer than their reservation took a token window over" in text
     assert "max_output_tokens" in text
+
+
+def test_calls_sum_the_router_and_backend_counters_over_the_models() -> None:
+    router = {"a": {"admitted": 600, "errors": 20, "rate_limited": 1, "abandoned": 2,
+                    "completed": 580},
+              "b": {"admitted": 416, "errors": 10}}
+    backend = {"models": {"a": {"errors": 19, "timeouts": 1}, "b": {"errors": 10}}}
+    calls = calls_from(router, backend, hedged=12)
+    assert (calls.admitted, calls.failed, calls.rate_limited, calls.abandoned) == (1016, 30, 1, 2)
+    assert (calls.backend_errors, calls.backend_timeouts, calls.hedged) == (29, 1, 12)
+
+
+def test_report_says_what_the_admissions_beyond_one_per_task_were() -> None:
+    """Hedges and retries are named and counted: "admitted 1016 for 1000" is explained."""
+    rows = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 20.0)
+    calls = calls_from({"m": {"admitted": 1016, "errors": 3, "rate_limited": 1}},
+                       {"models": {"m": {"errors": 3}}}, hedged=12)
+    totals = replace(_totals({"solved": 1000, "dead": 0}), calls=calls)
+    text = format_report(rows, totals, violations=0)
+    assert ("calls: the router admitted 1016 for 1000 tasks (16 more than one per task: "
+            "hedges and retries):") in text
+    assert "  hedges: 12 prompts whose call ran past its model's late point" in text
+    assert "  retries: 3 calls failed (the backend answered 500 to 3) and 1 got a 429" in text
+    assert "abandoned" not in text and "timed out" not in text
+    unknown = replace(calls, hedged=None, backend_timeouts=2, abandoned=4)
+    text = format_report(rows, replace(totals, calls=unknown), violations=0)
+    assert "  hedges: ? prompts" in text
+    assert "(the backend answered 500 to 3, timed out 2)" in text
+    assert "  abandoned: 4 admissions whose call was never sent" in text
