@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--dags-folder", type=Path, default=d.dags_folder, help="the example DAGs")
     add("--progress-interval", type=_number(float, 0, above=True), default=d.progress_interval_s,
         help="seconds between progress lines")
-    add("--no-yardstick", dest="yardstick", action="store_false",
+    add("--no-yardstick", action="store_true",
         help="skip the LP lower bound and the reference schedules after the run (minutes "
         "on 2 cores for a few thousand prompts); the report then has the fluid "
         "approximation only")
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         time_budget_s=args.time_budget_s, redis_url=args.redis_url,
         postgres_dsn=args.postgres_dsn, workdir=args.workdir, dags_folder=args.dags_folder,
         schema=args.schema, progress_interval_s=args.progress_interval,
-        yardstick=args.yardstick,
+        yardstick=not args.no_yardstick,
     )
     return main_guarded(opts)
 
