@@ -23,7 +23,8 @@ from airflow_llm_router.backend.session import BackendHttp, Reply
 from airflow_llm_router.backend.signals import BackendSignals
 from airflow_llm_router.tokens import whole_number
 
-__all__ = ["CallResult", "CallStatus", "call_batch", "call_single"]
+__all__ = ["CallResult", "CallStatus", "call_batch", "call_single", "read_reply", "retry_after",
+           "send_body", "since_sent", "stated"]
 
 CallStatus = Literal["ok", "rate_limited", "error", "unknown_model", "rejected"]
 
@@ -57,9 +58,10 @@ class CallResult:
         return max(0.0, self.signals.received_at_s - self.sent_at_s)
 
 
-def _retry_after(response: Reply) -> float | None:
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """A reply's Retry-After in seconds (``retry-after-ms`` first), None when it gives none."""
     for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = response.headers.get(header)
+        value = headers.get(header)
         if value:
             try:
                 return max(0.0, float(value) * scale)
@@ -91,16 +93,33 @@ async def call_single(
     if refused is not None:
         return CallResult("rejected", error=refused, retryable=False)
     body = wire.body(Call(model, prompt, max_output_tokens, options), config)
+    return (await send_body(http, config, body, on_sent))[0]
+
+
+async def send_body(http: BackendHttp, config: BackendConfig, body: Mapping[str, Any],
+                    on_sent: Callable[[], None] | None = None,
+                    ) -> tuple[CallResult, Reply | None]:
+    """Send a request ``body`` already in the connection's protocol to its one-call path;
+    its outcome and the reply as the backend gave it (None: no reply, a transport error or
+    a timeout). Never raises for HTTP or network trouble."""
+    wire = protocol_named(config.protocol)
     started = time.monotonic()
     try:
         response, sent_at = await http.post(config.single_path or wire.path, body, on_sent)
     except TimeoutError:
         return CallResult("error", error=f"timeout after {config.timeout_s:g} s",
-                          latency_s=time.monotonic() - started)
+                          latency_s=time.monotonic() - started), None
     except (aiohttp.ClientError, OSError) as err:
         return CallResult("error", error=f"{type(err).__name__}: {err}",
-                          latency_s=time.monotonic() - started)
-    latency = _since_sent(sent_at, started)
+                          latency_s=time.monotonic() - started), None
+    return read_reply(config, response, since_sent(sent_at, started), sent_at), response
+
+
+def read_reply(config: BackendConfig, response: Reply, latency_s: float,
+               sent_at: float | None) -> CallResult:
+    """The outcome of a whole reply in the connection's protocol: its status, answer,
+    usage and what its headers say."""
+    wire = protocol_named(config.protocol)
     try:
         doc = (response.json() if response.status_code < 400
                else {"detail": response.text[:300]})
@@ -108,13 +127,14 @@ async def call_single(
         doc = {}
     if not isinstance(doc, dict):
         doc = {}
-    said = _said(wire, config, response)
+    said = _said(wire, config, response.headers)
     code = response.status_code  # Retry-After is read only where it counts: a 429
-    return _with(said, sent_at, _classify(wire, config, code, doc, latency,
-                                          _retry_after(response) if code == 429 else None))
+    return _with(said, sent_at, _classify(wire, config, code, doc, latency_s,
+                                          retry_after(response.headers) if code == 429
+                                          else None))
 
 
-def _since_sent(sent_at: float | None, started: float) -> float:
+def since_sent(sent_at: float | None, started: float) -> float:
     """Seconds from when the request was written (epoch ``sent_at``) to now, or from
     ``started`` (monotonic) when the write was not seen: the call's own latency, without
     the wait for a connection before it (in a burst of hundreds of calls, a third of a
@@ -125,9 +145,15 @@ def _since_sent(sent_at: float | None, started: float) -> float:
 
 
 def _said(wire: WireProtocol, config: BackendConfig,
-          response: Reply) -> BackendSignals | None:
+          headers: Mapping[str, str]) -> BackendSignals | None:
     """What the response's headers say, if the connection reads them."""
-    return wire.signals(response.headers) if config.rate_limit_headers else None
+    return wire.signals(headers) if config.rate_limit_headers else None
+
+
+def stated(config: BackendConfig, headers: Mapping[str, str]) -> BackendSignals | None:
+    """What a reply's headers say of the backend's limits and timing, if the connection
+    reads them (None: it does not)."""
+    return _said(protocol_named(config.protocol), config, headers)
 
 
 def _with(said: BackendSignals | None, sent_at: float | None, result: CallResult) -> CallResult:
@@ -193,12 +219,12 @@ async def call_batch(
     started = time.monotonic()
     try:
         response, sent_at = await http.post(config.batch_path, {f.items: items}, on_sent)
-        latency = _since_sent(sent_at, started)
+        latency = since_sent(sent_at, started)
         # the response's headers speak for the batch: every item was sent and counted with it
-        said = _said(wire, config, response)
+        said = _said(wire, config, response.headers)
         if response.status_code != 200:
             failed = _classify(wire, config, response.status_code, {}, latency,
-                               _retry_after(response))
+                               retry_after(response.headers))
             return [_with(said, sent_at, failed)] * len(prompts)
         by_id = {str(r.get(f.id)): r for r in response.json()[f.results]}
     except TimeoutError:

@@ -5,9 +5,10 @@ written (the send stamp the engine's guard learns from). What a call's answer me
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -117,6 +118,21 @@ class BackendHttp:
                                       trace_request_ctx=sent) as response:
             body = await response.read()
             return Reply(response.status, response.headers, body), sent.at
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, payload: Any, on_sent: Callable[[], None] | None = None,
+                     ) -> AsyncIterator[tuple[aiohttp.ClientResponse, float | None]]:
+        """``POST`` ``payload`` as JSON to ``path`` and hand back the response unread (its
+        body streams, e.g. server-sent events) and when the request was written; the
+        connection is released when the block ends.
+
+        :raises aiohttp.ClientError: the call failed in transport (TimeoutError: timed out)
+        """
+        sent = _SentAt(on_sent)
+        async with self._session.post(self._base + path.lstrip("/"), json=payload,
+                                      proxy=self._proxy, proxy_auth=self._proxy_auth,
+                                      trace_request_ctx=sent) as response:
+            yield response, sent.at
 
     async def __aenter__(self) -> BackendHttp:
         return self

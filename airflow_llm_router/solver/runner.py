@@ -38,7 +38,7 @@ from airflow_llm_router.backend import (
 from airflow_llm_router.backend.protocols import protocol_named
 from airflow_llm_router.engine.client import AsyncRouterClient
 from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Admission, AdmitRequest
+from airflow_llm_router.engine.types import Admission, AdmitRequest, Outcome
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
 from airflow_llm_router.solver.hedging import HedgeTargets, first_answer, late_and_idle
@@ -49,7 +49,7 @@ from airflow_llm_router.solver.settings import SolveSettings
 from airflow_llm_router.solver.upkeep import Progress, keep_alive, report, stop_helpers
 from airflow_llm_router.tokens import count_input_tokens
 
-__all__ = ["Solver", "solve_items", "solving"]
+__all__ = ["Solver", "outcome_of", "settlement", "solve_items", "solving"]
 
 log = logging.getLogger(__name__)
 
@@ -263,21 +263,12 @@ class Solver:
         finally:
             self.progress.live.discard(lease_id)
             self.progress.calling -= 1
-        outcome = {"ok": "ok", "rate_limited": "rate_limited",
-                   "unknown_model": "unknown_model"}.get(result.status, "error")
+        outcome = outcome_of(result)
         if outcome == "rate_limited":
             metrics.rate_limited(model)
         elif outcome != "ok":
             metrics.errored(model)
-        said = result.signals
-        done = Completion(lease_id, result.input_tokens, result.output_tokens,
-                          outcome,  # type: ignore[arg-type]
-                          result.retry_after_s, arrival_delay_s=result.arrival_delay_s,
-                          hold_s=said.hold_s if said else None,
-                          announced_rpm=said.limit_requests if said else None,
-                          announced_tpm=said.limit_tokens if said else None,
-                          latency_s=result.latency_s if outcome == "ok" else None,
-                          received_at_s=said.received_at_s if said else None)
+        done = settlement(lease_id, result)
         if outcome == "ok":
             # The answer goes back to the caller (and into the store) now, whatever Redis
             # does: settling its lease is bookkeeping, retried through an outage.
@@ -317,6 +308,28 @@ class Solver:
         except Exception as err:
             log.error("lease %s not settled (%r); it expires by itself", done.lease_id, err,
                       exc_info=not isinstance(err, REDIS_DOWN))
+
+
+def outcome_of(result: CallResult) -> Outcome:
+    """What a call's result tells the engine: ok, rate limited, the backend does not know
+    the model, or an error (any other refusal counts as one)."""
+    if result.status in ("ok", "rate_limited", "unknown_model"):
+        return result.status
+    return "error"
+
+
+def settlement(lease_id: str, result: CallResult) -> Completion:
+    """The settlement of a lease from its call's result: the outcome, the actual usage,
+    and what the backend said of its limits and timing."""
+    outcome = outcome_of(result)
+    said = result.signals
+    return Completion(lease_id, result.input_tokens, result.output_tokens, outcome,
+                      result.retry_after_s, arrival_delay_s=result.arrival_delay_s,
+                      hold_s=said.hold_s if said else None,
+                      announced_rpm=said.limit_requests if said else None,
+                      announced_tpm=said.limit_tokens if said else None,
+                      latency_s=result.latency_s if outcome == "ok" else None,
+                      received_at_s=said.received_at_s if said else None)
 
 
 @contextlib.asynccontextmanager
