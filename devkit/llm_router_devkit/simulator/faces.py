@@ -10,19 +10,26 @@ them, are OpenAI's ``x-ratelimit-*`` (reset as a duration) and Anthropic's
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_llm_router.tokens import count_input_tokens
 from llm_router_devkit.simulator.http_parts import Backend, cut_json
 from llm_router_devkit.simulator.limits import retry_after_header
-from llm_router_devkit.simulator.provider import Rejection, SimulatedBackend, UnknownModelError
+from llm_router_devkit.simulator.provider import (
+    Admission,
+    Rejection,
+    SimulatedBackend,
+    UnknownModelError,
+)
 
 __all__ = ["FACE_CALLS", "face_connection", "faces"]
 
@@ -52,6 +59,8 @@ class ChatRequest(BaseModel):
     messages: list[_Message] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, gt=0)
     max_completion_tokens: int | None = Field(default=None, gt=0)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
 
 
 class MessagesRequest(BaseModel):
@@ -115,6 +124,10 @@ async def chat_completions(request: ChatRequest, backend: Backend) -> Response:
         return _openai_error(429, admission.reason, f"Rate limit reached for {admission.model} "
                              f"on {admission.reason}", "rate_limit_exceeded",
                              {**said, **_retry_headers(admission)})
+    if request.stream:
+        usage_too = bool((request.stream_options or {}).get("include_usage"))
+        return StreamingResponse(_chunks(backend, admission, request.model, cap, usage_too),
+                                 media_type="text/event-stream", headers=said)
     outcome = await backend.run(admission)
     if outcome.status != 200:
         return _openai_error(outcome.status, "server_error", "simulated provider "
@@ -131,6 +144,43 @@ async def chat_completions(request: ChatRequest, backend: Backend) -> Response:
                   "total_tokens": usage["input_tokens"] + usage["output_tokens"]},
     }
     return cut_json(body, said) if outcome.truncated else JSONResponse(body, headers=said)
+
+
+#: how many content chunks a streamed answer comes in
+STREAM_PIECES = 3
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+async def _chunks(backend: SimulatedBackend, admission: Admission, model: str,
+                  cap: int | None, usage_too: bool) -> AsyncIterator[bytes]:
+    """A streamed chat completion, as OpenAI sends one: the role at once, the content in
+    :data:`STREAM_PIECES` chunks after the model's latency, the finish reason, the usage
+    chunk if asked for (``stream_options.include_usage``), ``[DONE]``. A failed call ends
+    the stream with an error event."""
+    head = {"id": f"chatcmpl-{admission.call_id}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}
+    yield _event({**head, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                             "content": ""},
+                                       "finish_reason": None}]})
+    outcome = await backend.run(admission)
+    if outcome.status != 200:
+        yield _event({"error": {"message": "simulated provider error", "type": "server_error"}})
+        return
+    answer, usage = str(outcome.body["answer"]), outcome.body["usage"]
+    step = max(1, -(-len(answer) // STREAM_PIECES))
+    for at in range(0, len(answer), step):
+        yield _event({**head, "choices": [{"index": 0, "delta": {"content": answer[at:at + step]},
+                                           "finish_reason": None}]})
+    finish = "length" if usage["output_tokens"] == cap else "stop"
+    yield _event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if usage_too:
+        yield _event({**head, "choices": [], "usage": {
+            "prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"]}})
+    yield b"data: [DONE]\n\n"
 
 
 @faces.post("/v1/messages", response_model=None)
