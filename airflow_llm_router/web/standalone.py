@@ -17,6 +17,12 @@ from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.web.app import create_app
 from airflow_llm_router.web.auth import token_access
+from airflow_llm_router.web.openai_compat import (
+    DEFAULT_MAX_BODY_BYTES,
+    OpenAIEndpoint,
+    backend_source,
+    install,
+)
 from airflow_llm_router.web.service import QuotaService
 from airflow_llm_router.web.sources import router_source, task_store_source
 
@@ -53,6 +59,13 @@ class Standalone:
     store_table: str = "tasks"
     #: the quota tables' place (the ``[llm_router]`` config's, as for the plugin)
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
+    #: the ``models_backend`` connection (``openai`` protocol) behind ``/v1/chat/completions``
+    #: (None: the OpenAI-compatible endpoint is not served)
+    backend_conn_id: str | None = None
+    #: the longest an OpenAI-compatible request waits for room before its 429
+    max_wait_s: float = 30.0
+    #: the largest body of an OpenAI-compatible request
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     @classmethod
     def from_config(cls, config: QuotaConfig) -> Standalone:
@@ -69,13 +82,25 @@ class Standalone:
         return QuotaService.from_config(config, self.namespace)
 
     def app(self, token: str | None = None) -> FastAPI:
-        """The app, with ``token`` or the one of :attr:`token_conn_id`."""
-        return create_app(
+        """The app, with ``token`` or the one of :attr:`token_conn_id`; with a backend
+        connection, the OpenAI-compatible endpoint too."""
+        app = create_app(
             access=token_access(token or read_token(self.token_conn_id)),
             router=router_source(self.router_conn_id, self.namespace),
             task_store=task_store_source(self.postgres_conn_id, self.store_schema,
                                          self.store_table),
             service=self.quota_service)
+        if self.backend_conn_id is not None:
+            install(app, OpenAIEndpoint(backend=backend_source(self.backend_conn_id),
+                                        max_wait_s=self.max_wait_s,
+                                        max_body_bytes=self.max_body_bytes))
+        return app
+
+    async def check_backend(self) -> None:
+        """Read the backend connection once (so a missing one, or one of another protocol,
+        fails at start)."""
+        if self.backend_conn_id is not None:
+            await backend_source(self.backend_conn_id).get()
 
     async def check_router(self) -> str:
         """Reach the router's Redis once (so a wrong connection fails at start, not at the
