@@ -20,7 +20,8 @@ def bag():
 
 def test_every_file_imports(bag) -> None:
     assert bag.import_errors == {}
-    assert set(bag.dags) == {"as_is_baseline", "llm_router_drain", "llm_router_single_prompt"}
+    assert set(bag.dags) == {"as_is_baseline", "llm_router_common_ai", "llm_router_drain",
+                             "llm_router_single_prompt"}
 
 
 def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
