@@ -40,7 +40,7 @@ from airflow_llm_router.web.governed import Governor, relay_events
 from airflow_llm_router.web.sources import Lazy, Unavailable
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "PRIORITY_HEADER", "OpenAIEndpoint", "backend_source",
-           "install", "router"]
+           "install", "read_backend", "router"]
 
 router = APIRouter(tags=["openai"])
 
@@ -236,9 +236,13 @@ async def _chat(request: Request) -> Response:
     chat, doc = _parse(await _read_body(request, endpoint.max_body_bytes))
     priority = _priority(request)
     governor = await _governor(request)
+    cap = chat.output_cap()
+    if cap is None and governor.backend.max_output_tokens is not None:
+        # the connection's default cap, sent and reserved, so the model's tpm holds exactly
+        cap = governor.backend.max_output_tokens
+        doc = {**doc, governor.backend.max_tokens_field: cap}
     try:
-        admission = await governor.admit(chat.model, chat.input_tokens(), chat.output_cap(),
-                                         priority)
+        admission = await governor.admit(chat.model, chat.input_tokens(), cap, priority)
     except ImpossibleRequestError as err:
         raise _impossible(err, chat) from err
     if admission is None:
@@ -272,19 +276,24 @@ async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": data})
 
 
+async def read_backend(conn_id: str) -> BackendConfig:
+    """The backend connection ``conn_id``'s settings; it must speak the ``openai`` protocol
+    (the endpoint passes OpenAI's bodies through as sent).
+
+    :raises AirflowNotFoundException: there is no such connection.
+    :raises ConnectionConfigError: it is of another protocol, or invalid.
+    """
+    config = await ModelsBackendHook(conn_id).aget_config()
+    if config.protocol != "openai":
+        raise ConnectionConfigError(
+            conn_id, "extra.protocol", f"is {config.protocol}; the OpenAI endpoint forwards "
+            "chat completions as sent, so its backend must speak openai")
+    return config
+
+
 def backend_source(conn_id: str) -> Lazy[BackendConfig]:
-    """The backend connection ``conn_id``'s settings, read on first use; it must speak the
-    ``openai`` protocol (the endpoint passes OpenAI's bodies through as sent)."""
-
-    async def build() -> BackendConfig:
-        config = await ModelsBackendHook(conn_id).aget_config()
-        if config.protocol != "openai":
-            raise ConnectionConfigError(
-                conn_id, "extra.protocol", f"is {config.protocol}; the OpenAI endpoint "
-                "forwards chat completions as sent, so its backend must speak openai")
-        return config
-
-    return Lazy(build, f"the backend (connection {conn_id!r})")
+    """:func:`read_backend`, on first use."""
+    return Lazy(lambda: read_backend(conn_id), f"the backend (connection {conn_id!r})")
 
 
 def install(app: FastAPI, endpoint: OpenAIEndpoint) -> None:

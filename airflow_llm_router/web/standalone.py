@@ -22,6 +22,7 @@ from airflow_llm_router.web.openai_compat import (
     OpenAIEndpoint,
     backend_source,
     install,
+    read_backend,
 )
 from airflow_llm_router.web.service import QuotaService
 from airflow_llm_router.web.sources import router_source, task_store_source
@@ -100,7 +101,7 @@ class Standalone:
         """Read the backend connection once (so a missing one, or one of another protocol,
         fails at start)."""
         if self.backend_conn_id is not None:
-            await backend_source(self.backend_conn_id).get()
+            await read_backend(self.backend_conn_id)
 
     async def check_router(self) -> str:
         """Reach the router's Redis once (so a wrong connection fails at start, not at the

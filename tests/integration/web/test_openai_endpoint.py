@@ -25,7 +25,8 @@ from llm_router_devkit.api_server import standalone_api
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
 from llm_router_devkit.simulator.faces import face_connection
 from llm_router_devkit.simulator.profile import ModelProfile
-from tests.integration.web.standalone import ROUTER_CONN, TOKEN_CONN, server_env
+from tests.integration.web.standalone import ROUTER_CONN, TOKEN_CONN, run_cli, server_env
+from tests.integration.web.test_standalone import one_error_line
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -243,3 +244,17 @@ def test_concurrent_callers_over_a_small_quota_never_exceed_it(
     assert backend["peak_accepted_requests_in_window"] <= 6
     # the quota, not the server, set the pace: 48 calls at 6 a window take 7+ windows
     assert took >= 7 * window_s
+
+
+def test_a_missing_or_non_openai_backend_connection_fails_at_start(
+        tmp_path: Path, namespace: str) -> None:
+    base = ["--port", "0", "--token-conn-id", TOKEN_CONN, "--conn-id", ROUTER_CONN,
+            "--backend-conn-id", BACKEND_CONN]
+    env = server_env(tmp_path, namespace, TOKEN)
+    missing = one_error_line(run_cli(base, env))
+    assert BACKEND_CONN in missing and "--backend-conn-id" in missing
+    env["AIRFLOW_CONN_" + BACKEND_CONN.upper()] = json.dumps(
+        {"conn_type": "models_backend", "host": "http://127.0.0.1:9"})
+    other = one_error_line(run_cli(base, env))
+    assert "extra.protocol" in other and "openai" in other
+    assert "--max-wait-s" in one_error_line(run_cli([*base, "--max-wait-s", "soon"], env))
