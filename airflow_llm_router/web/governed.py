@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,9 +128,15 @@ class Governor:
         return None if stamps is None else (lambda: stamps.mark(lease_id))
 
     async def forward(self, lease_id: str, body: Mapping[str, Any]) -> Forwarded:
-        """Send a whole-answer call and settle its lease; never raises for the backend."""
+        """Send a whole-answer call and settle its lease (an answered call's in the
+        background); never raises for the backend."""
         result, reply = await send_body(self.http, self.backend, body, self._on_sent(lease_id))
-        await self._settle(lease_id, result)
+        if result.status == "ok":
+            # the answer goes back now: settling its lease is bookkeeping (a Redis round trip
+            # less in the client's latency)
+            self._in_background(self._settle(lease_id, result), "llm-router-openai-settle")
+        else:
+            await self._settle(lease_id, result)  # a cooldown counts before the client retries
         if reply is None:
             return Forwarded(502, _error_body(f"the backend did not answer: {result.error}"))
         return Forwarded(reply.status_code, reply.body, result.retry_after_s)
@@ -141,11 +147,15 @@ class Governor:
         by None). The backend is read to its end, and the lease settled, whatever the
         client does."""
         started: asyncio.Future[StreamStart] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._stream(lease_id, body, client_wants_usage, started),
-                                   name="llm-router-openai-stream")
+        self._in_background(self._stream(lease_id, body, client_wants_usage, started),
+                            "llm-router-openai-stream")
+        return await asyncio.shield(started)
+
+    def _in_background(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``work`` in a task of its own, held until it ends (:meth:`aclose` waits)."""
+        task = asyncio.create_task(work, name=name)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        return await asyncio.shield(started)
 
     async def _stream(self, lease_id: str, body: Mapping[str, Any], client_wants_usage: bool,
                       started: asyncio.Future[StreamStart]) -> None:
