@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import uvicorn
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_llm_router.cli import CliParser
+from airflow_llm_router.cli_parser import CliParser
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.web.errors import first_line
 from airflow_llm_router.web.standalone import Standalone, read_token
