@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:  # run as ``python bench/<name>.py`` from anywhere
 
 import psycopg  # noqa: E402
 
-from airflow_llm_router.engine.client import RouterClient  # noqa: E402
+from airflow_llm_router.engine import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.store.watch import APPLICATION_NAME  # noqa: E402

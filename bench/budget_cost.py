@@ -27,9 +27,7 @@ from typing import Any
 
 import redis
 
-from airflow_llm_router.engine import scripts
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion, RouterClient, scripts
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 from bench.common import interruptible
 from llm_router_devkit.redis_tools import PrivateRedis

@@ -44,7 +44,7 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from airflow_llm_router.engine.client import RouterClient  # noqa: E402
+from airflow_llm_router.engine import RouterClient  # noqa: E402
 from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
 from airflow_llm_router.triggers.solve import DrainTrigger  # noqa: E402

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.names import DEFAULT_KIND
 from bench.common import (

@@ -116,7 +116,7 @@ def run_calls(opts: argparse.Namespace) -> dict[str, Any]:
 
 def run_once(opts: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, Any]:
     """One drain of ``--tasks`` tasks on a private Redis, schema and simulator."""
-    from airflow_llm_router.engine.client import RouterClient
+    from airflow_llm_router.engine import RouterClient
     from airflow_llm_router.engine.types import RouterSettings
 
     run_id = uuid.uuid4().hex[:8]

@@ -48,7 +48,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir

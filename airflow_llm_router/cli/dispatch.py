@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from airflow_llm_router.web.__main__ import main as serve
 from airflow_llm_router.cli.quotas import main as quotas
 from airflow_llm_router.cli_parser import CliParser
+from airflow_llm_router.web.__main__ import main as serve
 
 __all__ = ["COMMANDS", "main"]
 

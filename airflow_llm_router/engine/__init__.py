@@ -6,7 +6,8 @@ The names a caller needs, importable from here::
 """
 
 from airflow_llm_router.engine.async_client import AsyncRouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine.encoding import Completion
+from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.stats import KindStats, ModelStats, RouterStats
 from airflow_llm_router.engine.sync_client import RouterClient
@@ -28,6 +29,7 @@ __all__ = [
     "ModelStats",
     "Rejection",
     "RouterClient",
+    "RouterKeys",
     "RouterSettings",
     "RouterStats",
     "Wait",

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from pydantic import ValidationError
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.connect import RedisTarget, async_redis, sync_redis
 from airflow_llm_router.engine.restore import QuotaSource
 from airflow_llm_router.engine.types import RouterSettings

@@ -13,8 +13,7 @@ import time
 import redis
 import redis.asyncio as aioredis
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import AsyncRouterClient, Completion, RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 from bench.admission.model import (

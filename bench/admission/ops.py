@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import AdmitRequest, RouterSettings
 from bench.admission.load import _completions, cleanup
 from bench.admission.model import (

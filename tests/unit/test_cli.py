@@ -34,7 +34,7 @@ def test_a_command_gets_the_rest_of_the_line(capsys: pytest.CaptureFixture[str])
 ])
 def test_a_mistake_is_one_error_line_and_exit_2(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit, match="^2$"):
+    with pytest.raises(SystemExit, match=r"^2$"):
         main(argv)
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {message}") and line.endswith("(see --help)")

@@ -22,7 +22,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
