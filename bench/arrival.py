@@ -39,10 +39,8 @@ if str(ROOT) not in sys.path:  # run as ``python bench/<name>.py`` from anywhere
 
 import psycopg  # noqa: E402
 
-from airflow_llm_router.engine import RouterClient  # noqa: E402
-from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
-from airflow_llm_router.store import TaskStore  # noqa: E402
-from airflow_llm_router.store.watch import APPLICATION_NAME  # noqa: E402
+from airflow_llm_router.engine import RouterClient, RouterSettings  # noqa: E402
+from airflow_llm_router.store import APPLICATION_NAME, TaskStore  # noqa: E402
 from bench.common import BENCHMARKS_MD, drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
 from llm_router_devkit.simulator.profile import ModelProfile  # noqa: E402

@@ -27,8 +27,14 @@ from typing import Any
 
 import redis
 
-from airflow_llm_router.engine import Completion, RouterClient, scripts
-from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from airflow_llm_router.engine import (
+    Admission,
+    AdmitRequest,
+    Completion,
+    RouterClient,
+    RouterSettings,
+    scripts,
+)
 from bench.common import interruptible
 from llm_router_devkit.redis_tools import PrivateRedis
 

@@ -69,8 +69,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.engine import AsyncRouterClient, RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
 from bench.e2e.metrics import first_arrival_s

@@ -44,10 +44,9 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from airflow_llm_router.engine import RouterClient  # noqa: E402
-from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
+from airflow_llm_router.engine import RouterClient, RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
-from airflow_llm_router.triggers.solve import DrainTrigger  # noqa: E402
+from airflow_llm_router.triggers import DrainTrigger  # noqa: E402
 from bench.common import BENCHMARKS_MD, drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound  # noqa: E402
 from llm_router_devkit.demo.router_quotas import router_quotas  # noqa: E402

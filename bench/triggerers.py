@@ -48,8 +48,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from airflow_llm_router.engine import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
 from bench.e2e.metrics import first_arrival_s

@@ -13,9 +13,15 @@ import time
 import redis
 import redis.asyncio as aioredis
 
-from airflow_llm_router.engine import AsyncRouterClient, Completion, RouterClient
-from airflow_llm_router.engine.keys import RouterKeys
-from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from airflow_llm_router.engine import (
+    Admission,
+    AdmitRequest,
+    AsyncRouterClient,
+    Completion,
+    RouterClient,
+    RouterKeys,
+    RouterSettings,
+)
 from bench.admission.model import (
     HUGE,
     SOCKET_TIMEOUT_S,

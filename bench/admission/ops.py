@@ -12,8 +12,7 @@ from typing import Any
 
 import redis
 
-from airflow_llm_router.engine import RouterClient
-from airflow_llm_router.engine.types import AdmitRequest, RouterSettings
+from airflow_llm_router.engine import AdmitRequest, RouterClient, RouterSettings
 from bench.admission.load import _completions, cleanup
 from bench.admission.model import (
     BATCH,

@@ -22,9 +22,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.engine import RouterClient
-from airflow_llm_router.engine.quota import ModelQuota
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import ModelQuota, RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit import redis_tools
 from llm_router_devkit.demo import airflow_env

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from airflow_llm_router.tokens import count_input_tokens
+from airflow_llm_router import count_input_tokens
 from llm_router_devkit.simulator.profile import ModelProfile, SimulatorProfile
 
 _STANDARD_NORMAL = NormalDist()
