@@ -30,6 +30,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,10 @@ STEPS = ("asset event", "run queued", "sensor started", "solver started", "first
 FOLD_S = 10.0
 #: Solver tasks: the lead (started with the run) and the mapped ones.
 SOLVERS = ("lead", "solve")
+
+
+def _solved_at_least(store: TaskStore, count: int) -> bool | None:
+    return store.counts()["solved"] >= count or None
 
 
 def _profile() -> SimulatorProfile:
@@ -108,7 +113,7 @@ def warm_trials(stack: AirflowStack, store: TaskStore, router: RouterClient, pg:
         solved = store.counts()["solved"]
         _, seconds = _first_admission(store, router, args.prompts, args.timeout_s)
         target = solved + args.prompts
-        wait_for("the prompts solved", lambda t=target: store.counts()["solved"] >= t or None,
+        wait_for("the prompts solved", partial(_solved_at_least, store, target),
                  args.timeout_s, 0.1)
         wait_for("the solvers to linger", lambda: _watchers(pg, dbname) >= 2 or None,
                  args.timeout_s, 0.05)

@@ -83,7 +83,7 @@ def client_with(url: str, ref: str | None) -> RouterClient:
     try:
         return RouterClient.from_url(url, RouterSettings(namespace=f"b-{uuid.uuid4().hex[:8]}"))
     finally:
-        scripts._read, scripts._LIBRARIES = original, libraries  # type: ignore[assignment]
+        scripts._read, scripts._LIBRARIES = original, libraries
         scripts.script_source.cache_clear()
 
 

@@ -107,7 +107,8 @@ def _drop(dsn: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-async def _drain(solvers: int, per_solver: int, schema: str, budget_s: float) -> list[dict]:
+async def _drain(solvers: int, per_solver: int, schema: str, budget_s: float
+                 ) -> list[dict[str, Any]]:
     deadline = time.time() + budget_s
     triggers = [
         DrainTrigger(
@@ -217,7 +218,8 @@ def _label(factor: float) -> str:
     return "advised" if factor == 1 else f"{factor:g} x advised"
 
 
-def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any, capacity: dict,
+def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any,
+           capacity: dict[str, Any],
            runs: list[Run], started: str) -> str:
     """The Markdown section: method, advice, and one row per run."""
     rate = sum(c.rate for c in capacity.values())

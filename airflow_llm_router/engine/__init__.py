@@ -6,6 +6,7 @@ The names a caller needs, importable from here::
 """
 
 from airflow_llm_router.engine.async_client import AsyncRouterClient
+from airflow_llm_router.engine.decoding import Decision
 from airflow_llm_router.engine.encoding import Completion
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.quota import ModelQuota
@@ -24,6 +25,7 @@ __all__ = [
     "AdmitRequest",
     "AsyncRouterClient",
     "Completion",
+    "Decision",
     "KindStats",
     "ModelQuota",
     "ModelStats",

@@ -94,7 +94,7 @@ def _latency(model: ModelProfile, z: float, straggler: bool, output_tokens: int)
     base *= (output_tokens / median_tokens) ** model.token_elasticity
     if straggler:
         base *= model.tail_factor
-    return min(max(base, model.min_s), model.max_s)
+    return float(min(max(base, model.min_s), model.max_s))
 
 
 def draw_output_tokens(model: ModelProfile, key: bytes, scale: float = 1.0) -> int:
