@@ -4,7 +4,9 @@
     llm-router serve --port 8090            # the HTTP API on its own (uvicorn)
 
 Each command parses the rest of the line itself, so ``llm-router quotas --help`` shows the
-quota commands. A missing or unknown command: one ``error:`` line and exit status 2.
+quota commands. A missing or unknown command: one ``error:`` line and exit status 2. A
+command's code (and Airflow with it) is imported only when it runs: importing this package
+must not import Airflow (the devkit's demo configures Airflow first, then imports it).
 """
 
 from __future__ import annotations
@@ -12,16 +14,27 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from airflow_llm_router.cli.quotas import main as quotas
 from airflow_llm_router.cli_parser import CliParser
-from airflow_llm_router.web.__main__ import main as serve
 
 __all__ = ["COMMANDS", "main"]
 
+
+def _quotas(argv: Sequence[str] | None) -> int:
+    from airflow_llm_router.cli.quotas import main as run
+
+    return run(argv)
+
+
+def _serve(argv: Sequence[str] | None) -> int:
+    from airflow_llm_router.web.__main__ import main as run
+
+    return run(argv)
+
+
 #: command -> (what it does, its entry: the rest of the line in, the exit status out)
 COMMANDS: dict[str, tuple[str, Callable[[Sequence[str] | None], int]]] = {
-    "quotas": ("manage the durable quotas (load, migrate, list, budget)", quotas),
-    "serve": ("serve the HTTP API on its own, behind a bearer token", serve),
+    "quotas": ("manage the durable quotas (load, migrate, list, budget)", _quotas),
+    "serve": ("serve the HTTP API on its own, behind a bearer token", _serve),
 }
 
 

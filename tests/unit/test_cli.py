@@ -23,7 +23,7 @@ def test_a_command_gets_the_rest_of_the_line(capsys: pytest.CaptureFixture[str])
         main(["quotas", "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: llm-router quotas ") and "{load,migrate,list,budget}" in out
+    assert "usage: llm-router quotas " in out and "{load,migrate,list,budget}" in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -47,3 +47,12 @@ def test_python_dash_m_runs_the_same_command_line() -> None:
     assert done.stderr.splitlines() == [
         "error: argument command: invalid choice: 'bogus' (choose from 'quotas', 'serve') "
         "(see --help)"]
+
+
+def test_importing_the_command_line_does_not_import_airflow() -> None:
+    """The devkit's demo takes ``CliParser`` from here, then configures Airflow: an Airflow
+    imported before that would read the wrong configuration."""
+    probe = "import sys, airflow_llm_router.cli; print('airflow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["False"]
