@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "ConnectionConfigError",
+    "ImpossibleRequestError",
+    "LeaseNotFoundError",
+    "ModelNameError",
+    "QuotaNotFoundError",
+    "QuotaStoreError",
+    "QuotaValidationError",
+    "ReplicationLagError",
+    "RouterError",
+    "SlotMigrationError",
+    "TaskStoreError",
+    "TaskValidationError",
+]
+
 
 class RouterError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -30,10 +45,6 @@ class ImpossibleRequestError(RouterError):
 
 class LeaseNotFoundError(RouterError):
     """The lease is unknown: it expired and was reclaimed, or it was already completed."""
-
-
-class StaleClaimError(RouterError):
-    """A task write was refused because the claim token is no longer the task's current one."""
 
 
 class TaskStoreError(RouterError):

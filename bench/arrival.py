@@ -30,6 +30,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,8 @@ if str(ROOT) not in sys.path:  # run as ``python bench/<name>.py`` from anywhere
 
 import psycopg  # noqa: E402
 
-from airflow_llm_router.engine.client import RouterClient  # noqa: E402
-from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
-from airflow_llm_router.store import TaskStore  # noqa: E402
-from airflow_llm_router.store.watch import APPLICATION_NAME  # noqa: E402
+from airflow_llm_router.engine import RouterClient, RouterSettings  # noqa: E402
+from airflow_llm_router.store import APPLICATION_NAME, TaskStore  # noqa: E402
 from bench.common import BENCHMARKS_MD, drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile  # noqa: E402
 from llm_router_devkit.simulator.profile import ModelProfile  # noqa: E402
@@ -60,6 +59,10 @@ STEPS = ("asset event", "run queued", "sensor started", "solver started", "first
 FOLD_S = 10.0
 #: Solver tasks: the lead (started with the run) and the mapped ones.
 SOLVERS = ("lead", "solve")
+
+
+def _solved_at_least(store: TaskStore, count: int) -> bool | None:
+    return store.counts()["solved"] >= count or None
 
 
 def _profile() -> SimulatorProfile:
@@ -110,7 +113,7 @@ def warm_trials(stack: AirflowStack, store: TaskStore, router: RouterClient, pg:
         solved = store.counts()["solved"]
         _, seconds = _first_admission(store, router, args.prompts, args.timeout_s)
         target = solved + args.prompts
-        wait_for("the prompts solved", lambda t=target: store.counts()["solved"] >= t or None,
+        wait_for("the prompts solved", partial(_solved_at_least, store, target),
                  args.timeout_s, 0.1)
         wait_for("the solvers to linger", lambda: _watchers(pg, dbname) >= 2 or None,
                  args.timeout_s, 0.05)

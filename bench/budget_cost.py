@@ -27,10 +27,14 @@ from typing import Any
 
 import redis
 
-from airflow_llm_router.engine import scripts
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from airflow_llm_router.engine import (
+    Admission,
+    AdmitRequest,
+    Completion,
+    RouterClient,
+    RouterSettings,
+    scripts,
+)
 from bench.common import interruptible
 from llm_router_devkit.redis_tools import PrivateRedis
 
@@ -79,7 +83,7 @@ def client_with(url: str, ref: str | None) -> RouterClient:
     try:
         return RouterClient.from_url(url, RouterSettings(namespace=f"b-{uuid.uuid4().hex[:8]}"))
     finally:
-        scripts._read, scripts._LIBRARIES = original, libraries  # type: ignore[assignment]
+        scripts._read, scripts._LIBRARIES = original, libraries
         scripts.script_source.cache_clear()
 
 

@@ -69,8 +69,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
 from bench.e2e.metrics import first_arrival_s
@@ -84,7 +83,8 @@ from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 from llm_router_devkit.redis_tools import LocalCluster
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
-from llm_router_devkit.stack import CELERY_BROKER_URL, AirflowStack, PgServer, descendants, wait_for
+from llm_router_devkit.stack import CELERY_BROKER_URL, AirflowStack, PgServer, wait_for
+from llm_router_devkit.stack_processes import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = ROOT / "bench" / "celery_dags"

@@ -167,7 +167,7 @@ async def drain_once(schema: str, worker_id: str, *, timeout_s: float,
     """Run one ``DrainTrigger`` over ``<schema>.tasks`` through the default connections (a
     benchmark sets them in the environment) until it ends; its final event's payload.
     ``settings`` are the drain's (``DrainSettings``), with a 50 ms back-off unless given."""
-    from airflow_llm_router.triggers.solve import DrainTrigger
+    from airflow_llm_router.triggers import DrainTrigger
 
     trigger = DrainTrigger(
         store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},

@@ -171,8 +171,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     import psycopg
     from psycopg import sql
 
-    from airflow_llm_router.engine.client import RouterClient
-    from airflow_llm_router.engine.types import RouterSettings
+    from airflow_llm_router.engine import RouterClient, RouterSettings
     from airflow_llm_router.quotas import QuotaStore
     from bench.admission.model import RedisCpu
     from bench.e2e.workloads import build

@@ -129,8 +129,7 @@ def _fire_all(spec: EventsSpec, stop: multiprocessing.synchronize.Event,
               ready: multiprocessing.synchronize.Event, fired: list[dict[str, Any]]) -> None:
     import httpx
 
-    from airflow_llm_router.engine.client import RouterClient
-    from airflow_llm_router.engine.types import RouterSettings
+    from airflow_llm_router.engine import RouterClient, RouterSettings
     from airflow_llm_router.quotas import QuotaStore
     from airflow_llm_router.store import TaskStore
     from bench.e2e.run import lower_limits

@@ -44,10 +44,9 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from airflow_llm_router.engine.client import RouterClient  # noqa: E402
-from airflow_llm_router.engine.types import RouterSettings  # noqa: E402
+from airflow_llm_router.engine import RouterClient, RouterSettings  # noqa: E402
 from airflow_llm_router.store import TaskStore  # noqa: E402
-from airflow_llm_router.triggers.solve import DrainTrigger  # noqa: E402
+from airflow_llm_router.triggers import DrainTrigger  # noqa: E402
 from bench.common import BENCHMARKS_MD, drop_namespace, interruptible, publish  # noqa: E402
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound  # noqa: E402
 from llm_router_devkit.demo.router_quotas import router_quotas  # noqa: E402
@@ -108,7 +107,8 @@ def _drop(dsn: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-async def _drain(solvers: int, per_solver: int, schema: str, budget_s: float) -> list[dict]:
+async def _drain(solvers: int, per_solver: int, schema: str, budget_s: float
+                 ) -> list[dict[str, Any]]:
     deadline = time.time() + budget_s
     triggers = [
         DrainTrigger(
@@ -218,7 +218,8 @@ def _label(factor: float) -> str:
     return "advised" if factor == 1 else f"{factor:g} x advised"
 
 
-def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any, capacity: dict,
+def report(args: argparse.Namespace, advice: dict[str, Any], bound: Any,
+           capacity: dict[str, Any],
            runs: list[Run], started: str) -> str:
     """The Markdown section: method, advice, and one row per run."""
     rate = sum(c.rate for c in capacity.values())

@@ -48,8 +48,7 @@ import psycopg
 import redis
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.store import TaskStore
 from bench.common import interruptible

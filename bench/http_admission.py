@@ -47,8 +47,7 @@ from typing import Any
 
 import httpx
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import RouterClient, RouterSettings
 from bench.common import (
     BENCHMARKS_MD,
     add_run_options,

@@ -58,8 +58,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import (
     BENCHMARKS_MD,

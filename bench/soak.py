@@ -54,11 +54,10 @@ import psycopg
 import redis
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
+from airflow_llm_router.triggers import DrainTrigger
 from bench.common import guarded
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.redis_tools import PrivateRedis

@@ -85,8 +85,7 @@ def _result(solved: int, wall: float, cpu0: tuple[float, float]) -> dict[str, An
 async def _calls_only(url: str, opts: argparse.Namespace) -> tuple[float, tuple[float, float]]:
     """``--tasks`` backend calls, ``--max-in-flight`` at once, through the solver's HTTP
     pools: the wall time and the CPU counters at its start."""
-    from airflow_llm_router.backend import call_single, http_client
-    from airflow_llm_router.backend.config import BackendConfig
+    from airflow_llm_router.backend import BackendConfig, call_single, http_client
 
     config = BackendConfig(base_url=url, timeout_s=60)
     slots = asyncio.Semaphore(opts.max_in_flight)
@@ -116,8 +115,7 @@ def run_calls(opts: argparse.Namespace) -> dict[str, Any]:
 
 def run_once(opts: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, Any]:
     """One drain of ``--tasks`` tasks on a private Redis, schema and simulator."""
-    from airflow_llm_router.engine.client import RouterClient
-    from airflow_llm_router.engine.types import RouterSettings
+    from airflow_llm_router.engine import RouterClient, RouterSettings
 
     run_id = uuid.uuid4().hex[:8]
     schema, namespace = f"llmr_cpu_{run_id}", f"cpu-{run_id}"
@@ -162,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --tasks, --max-in-flight, --models and --runs must be >= 1",
               file=sys.stderr)
         return 2
-    import airflow_llm_router.triggers.solve  # noqa: F401  (Airflow's imports, outside the runs)
+    import airflow_llm_router.triggers  # noqa: F401  (Airflow's imports, outside the runs)
     rows: list[dict[str, Any]] = []
 
     def run_all() -> int:

@@ -70,7 +70,7 @@ class Learned:
         self.estimate = self.prior
 
     def top_now(self, t: float) -> float:
-        return self.top * 0.5 ** (max(0.0, t - self.top_at) / self.halve_s)
+        return float(self.top * 0.5 ** (max(0.0, t - self.top_at) / self.halve_s))
 
     def settle(self, t: float, output: int, overrun: int) -> None:
         self.excess += EXCESS_ALPHA * (overrun - self.excess)

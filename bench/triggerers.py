@@ -48,8 +48,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
 from bench.e2e.metrics import first_arrival_s
@@ -61,7 +60,8 @@ from llm_router_devkit.demo.seed import seed_store
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
-from llm_router_devkit.stack import AirflowStack, PgServer, descendants, wait_for
+from llm_router_devkit.stack import AirflowStack, PgServer, wait_for
+from llm_router_devkit.stack_processes import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = ROOT / "bench" / "dags"
@@ -156,8 +156,8 @@ class TriggerSpread:
 
     def summary(self, jobs: Sequence[int]) -> dict[str, Any]:
         per_job: dict[str, int] = {str(job): 0 for job in jobs}
-        for jobs in self.held.values():
-            for job in jobs:
+        for holders in self.held.values():
+            for job in holders:
                 per_job[str(job)] = per_job.get(str(job), 0) + 1
         return {"triggers": len(self.held), "per_triggerer_job": per_job,
                 "moved": sum(1 for jobs in self.held.values() if len(jobs) > 1),

@@ -51,9 +51,14 @@ def measure(waiters: int, models: int, rounds: int, bound: str = "concurrency"
     re-deciding them all (each answered: wait)."""
     import redis
 
-    from airflow_llm_router.engine.client import RouterClient
-    from airflow_llm_router.engine.core import Completion
-    from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
+    from airflow_llm_router.engine import (
+        Admission,
+        AdmitRequest,
+        Completion,
+        RouterClient,
+        RouterSettings,
+        Wait,
+    )
     from bench.admission.model import RedisCpu, ServerDelta, Snapshot
     from llm_router_devkit.redis_tools import PrivateRedis
 

@@ -69,7 +69,7 @@ def pg_dsn() -> str:
 @pytest.fixture
 def router(namespace: str, redis_url: str) -> Iterator[Any]:
     """A sync router client on the test's own namespace."""
-    from airflow_llm_router.engine.client import RouterClient
+    from airflow_llm_router.engine import RouterClient
     from airflow_llm_router.engine.types import RouterSettings
 
     client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))

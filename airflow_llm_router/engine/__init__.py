@@ -6,7 +6,9 @@ The names a caller needs, importable from here::
 """
 
 from airflow_llm_router.engine.async_client import AsyncRouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine.decoding import Decision
+from airflow_llm_router.engine.encoding import Completion
+from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.stats import KindStats, ModelStats, RouterStats
 from airflow_llm_router.engine.sync_client import RouterClient
@@ -23,11 +25,13 @@ __all__ = [
     "AdmitRequest",
     "AsyncRouterClient",
     "Completion",
+    "Decision",
     "KindStats",
     "ModelQuota",
     "ModelStats",
     "Rejection",
     "RouterClient",
+    "RouterKeys",
     "RouterSettings",
     "RouterStats",
     "Wait",

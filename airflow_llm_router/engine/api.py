@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from airflow_llm_router.engine.advice import Advice
-from airflow_llm_router.engine.core import Completion, Decision, RouterCore
+from airflow_llm_router.engine.core import RouterCore
+from airflow_llm_router.engine.decoding import Decision
+from airflow_llm_router.engine.encoding import Completion
 from airflow_llm_router.engine.history import RouterHistory
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget
 from airflow_llm_router.engine.restore import (

@@ -2,10 +2,9 @@
 
 Every operation is a generator that yields the Redis steps it needs (:class:`Script` or
 :class:`Command`) and returns the decoded result. The sync and asyncio clients only run the
-steps (see ``client.py``), so the two can never drift apart. Checking and encoding what
-callers send (requests, completions) lives in ``encoding.py``, reading what the scripts
-answer in ``decoding.py``; ``Completion``, ``Decision`` and ``encode_request`` are
-re-exported here, where callers have always imported them.
+steps (``sync_client.py``, ``async_client.py``), so the two can never drift apart. Checking
+and encoding what callers send (requests, completions) lives in ``encoding.py``, reading
+what the scripts answer in ``decoding.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from airflow_llm_router.engine.types import (
 )
 from airflow_llm_router.exceptions import ReplicationLagError, RouterError
 
-__all__ = ["Command", "Completion", "Decision", "RouterCore", "Script", "Step", "encode_request"]
+__all__ = ["Command", "RouterCore", "Script", "Step"]
 
 T = TypeVar("T")
 

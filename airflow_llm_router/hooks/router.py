@@ -9,14 +9,14 @@ from typing import Any
 from airflow.sdk import BaseHook
 from pydantic import ValidationError
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.connect import RedisTarget, async_redis, sync_redis
 from airflow_llm_router.engine.restore import QuotaSource
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.quotas.config import QuotaConfig
 
-__all__ = ["CLIENT_OPERATIONS", "RouterHook", "redis_kwargs", "redis_target", "router_settings"]
+__all__ = ["RouterHook", "redis_kwargs", "redis_target", "router_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -130,27 +130,19 @@ def _number(conn: Any, field: str, value: Any, kind: type[int] | type[float]) ->
     return number
 
 
-#: The :class:`RouterClient` operations a :class:`RouterHook` offers as its own.
-CLIENT_OPERATIONS = frozenset({
-    "set_quota", "get_quotas", "get_quota", "delete_quota", "admit", "admit_many",
-    "heartbeat", "heartbeat_many", "complete", "complete_many", "mark_sent", "cancel",
-    "stats", "advice", "wait_for_admission",
-})
-
-
 class RouterHook(BaseHook):
     """Talk to the router of one namespace through an Airflow connection.
 
     The connection holds the Redis address and credentials (secrets stay in Airflow) and,
     in its extra, the router settings such as ``{"namespace": "prod", "guard_ms": 50}``.
 
-    The router's operations are on the hook itself, as on its :attr:`client` (a
-    :class:`RouterClient`, built on first use)::
+    The router's operations are on its :attr:`client` (a :class:`RouterClient`, built on
+    first use)::
 
-        hook = RouterHook("llm_router_default")
-        hook.set_quota("gpt-small", {"rpm": 600, "tpm": 200_000, "max_concurrency": 32})
-        decision = hook.admit(1200)
-        hook.complete(decision.lease_id, input_tokens=900, output_tokens=250)
+        router = RouterHook("llm_router_default").client
+        router.set_quota("gpt-small", {"rpm": 600, "tpm": 200_000, "max_concurrency": 32})
+        decision = router.admit(1200)
+        router.complete(decision.lease_id, input_tokens=900, output_tokens=250)
 
     :param router_conn_id: an ``llm_router`` (or plain ``redis``) connection.
     :param namespace: overrides the connection's namespace.
@@ -201,14 +193,6 @@ class RouterHook(BaseHook):
 
     def get_conn(self) -> RouterClient:
         return self.client
-
-    def __getattr__(self, name: str) -> Any:
-        """The client's operations (:data:`CLIENT_OPERATIONS`) on the hook: ``hook.admit``
-        is ``hook.client.admit``. Only those names: anything else is not an attribute, and
-        asking for it builds no client (so ``hasattr`` stays cheap and connection-free)."""
-        if name in CLIENT_OPERATIONS:
-            return getattr(self.client, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     async def get_async_client(self) -> AsyncRouterClient:
         """An asyncio client (for triggers): the connection is looked up without blocking.

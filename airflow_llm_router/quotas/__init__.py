@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError
+from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.loader import parse_quota_document, read_quota_file
-from airflow_llm_router.quotas.quota_store import AuditEntry, QuotaChange, QuotaRecord, QuotaStore
+from airflow_llm_router.quotas.quota_store import QuotaStore
+from airflow_llm_router.quotas.records import AuditEntry, QuotaChange, QuotaRecord
+from airflow_llm_router.quotas.router_budget import BudgetChange, BudgetRecord
 
 __all__ = [
     "AuditEntry",
+    "BudgetChange",
+    "BudgetRecord",
     "QuotaChange",
-    "QuotaNotFoundError",
+    "QuotaConfig",
     "QuotaRecord",
     "QuotaStore",
-    "QuotaStoreError",
     "parse_quota_document",
     "read_quota_file",
 ]

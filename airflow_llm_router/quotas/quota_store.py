@@ -13,8 +13,8 @@ The router-wide spend budget (``RouterBudget``) is kept the same way, in a one-r
 beside the quotas, audited in the same log and restored with the quotas
 (:meth:`QuotaStore.durable` is the restore source); its rows' SQL is in
 :mod:`airflow_llm_router.quotas.router_budget` and the records the store returns in
-:mod:`airflow_llm_router.quotas.records` (both re-exported here), while the transaction,
-lock and push to Redis that make the one promise above stay here.
+:mod:`airflow_llm_router.quotas.records`, while the transaction, lock and push to Redis
+that make the one promise above stay here.
 """
 
 from __future__ import annotations
@@ -30,22 +30,17 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_model_name
 from airflow_llm_router.engine.restore import Durable
 from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError
 from airflow_llm_router.pg import ADVISORY_LOCK_CLASS, TableNames, migrate
 from airflow_llm_router.quotas.quota_schema import QUOTA_MIGRATIONS, audit_table, quota_table
-from airflow_llm_router.quotas.records import AuditEntry as AuditEntry
-from airflow_llm_router.quotas.records import QuotaChange as QuotaChange
-from airflow_llm_router.quotas.records import QuotaRecord as QuotaRecord
+from airflow_llm_router.quotas.records import AuditEntry, QuotaChange, QuotaRecord
 from airflow_llm_router.quotas.router_budget import (
-    ROUTER_BUDGET_AUDIT_NAME as ROUTER_BUDGET_AUDIT_NAME,
-)
-from airflow_llm_router.quotas.router_budget import Action as Action
-from airflow_llm_router.quotas.router_budget import BudgetChange as BudgetChange
-from airflow_llm_router.quotas.router_budget import BudgetRecord as BudgetRecord
-from airflow_llm_router.quotas.router_budget import (
+    Action,
+    BudgetChange,
+    BudgetRecord,
     budget_if_migrated,
     insert_audit,
     stored_budget,

@@ -1,7 +1,7 @@
 """What the quota store's reads and changes return: plain frozen records.
 
-Kept apart from :mod:`airflow_llm_router.quotas.quota_store` (which re-exports them) so that
-module holds only the transactions; the router-wide budget's records are in
+Kept apart from :mod:`airflow_llm_router.quotas.quota_store` so that module holds only the
+transactions; the router-wide budget's records are in
 :mod:`airflow_llm_router.quotas.router_budget`.
 """
 

@@ -26,8 +26,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from airflow_llm_router import metrics
-from airflow_llm_router.engine.client import RELEASE_HELPS, AsyncRouterClient
-from airflow_llm_router.engine.core import Completion, encode_request
+from airflow_llm_router.engine import AsyncRouterClient
+from airflow_llm_router.engine.encoding import Completion, encode_request
+from airflow_llm_router.engine.releases import RELEASE_HELPS
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.outage import RedisOutage

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from airflow_llm_router.backend import CallResult
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.solver.outage import REDIS_DOWN
 
 __all__ = ["MODEL_NAMES_TTL_S", "RECHECK_S", "HedgeTargets", "first_answer", "late_and_idle"]

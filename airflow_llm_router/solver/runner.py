@@ -36,8 +36,7 @@ from airflow_llm_router.backend import (
     call_single,
 )
 from airflow_llm_router.backend.protocols import protocol_named
-from airflow_llm_router.engine.client import AsyncRouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import AsyncRouterClient, Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Outcome
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter

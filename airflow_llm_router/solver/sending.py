@@ -16,7 +16,7 @@ import time
 
 from airflow_llm_router.backend import BackendConfig, BackendHttp, CallResult, call_batch
 from airflow_llm_router.coalesce import Coalescer
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
 
 __all__ = ["MicroBatcher", "SendStamps"]

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from airflow_llm_router import metrics
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.solver.outage import REDIS_DOWN
 
 __all__ = ["BACKLOG_REPORT_MIN_S", "BACKLOG_REPORT_S", "BACKLOG_REPORT_TTL_S", "HELPER_STOP_S",

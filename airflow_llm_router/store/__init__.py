@@ -6,7 +6,6 @@ the records it takes and answers are exported here with it.
 
 from __future__ import annotations
 
-from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.store.backlog_records import (
     BacklogSummary,
     DeadFilter,
@@ -34,8 +33,10 @@ from airflow_llm_router.store.records import (
 )
 from airflow_llm_router.store.task_schema import LATEST_VERSION
 from airflow_llm_router.store.task_store import TaskStore
+from airflow_llm_router.store.watch import APPLICATION_NAME
 
 __all__ = [
+    "APPLICATION_NAME",
     "BULK",
     "CLAIMED",
     "DEAD",
@@ -59,5 +60,4 @@ __all__ = [
     "TaskResult",
     "TaskRow",
     "TaskStore",
-    "TaskValidationError",
 ]

@@ -34,7 +34,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from fastapi import FastAPI
 from uvicorn.supervisors import Multiprocess
 
-from airflow_llm_router.cli import CliParser
+from airflow_llm_router.cli_parser import CliParser
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.web.errors import first_line
 from airflow_llm_router.web.openai_compat import DEFAULT_MAX_BODY_BYTES

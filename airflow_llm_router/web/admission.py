@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Outcome, Rejection
 from airflow_llm_router.names import MAX_KIND_CHARS, MODEL_NAME_RE, kind_problem
 from airflow_llm_router.web.auth import Reader, Writer

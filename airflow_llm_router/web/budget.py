@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, status
 
 from airflow_llm_router.engine.quota import RouterBudget
-from airflow_llm_router.quotas.quota_store import BudgetChange
+from airflow_llm_router.quotas import BudgetChange
 from airflow_llm_router.web.auth import Reader, Writer
 from airflow_llm_router.web.bodies import BudgetBody, BudgetChangeView, BudgetView
 from airflow_llm_router.web.quotas import Service, spend_view, stats_of, store_call

@@ -15,7 +15,7 @@ from airflow_llm_router import metrics
 from airflow_llm_router.engine.quota import MODEL_NAME_RE, ModelQuota
 from airflow_llm_router.engine.stats import ModelStats, RouterStats, SpendStats
 from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError, QuotaValidationError
-from airflow_llm_router.quotas.quota_store import QuotaChange, QuotaRecord
+from airflow_llm_router.quotas import QuotaChange, QuotaRecord
 from airflow_llm_router.web.auth import Reader, Rights, Writer, rights
 from airflow_llm_router.web.bodies import (
     AuditView,

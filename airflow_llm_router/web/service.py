@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas.config import QuotaConfig

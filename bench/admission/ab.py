@@ -34,11 +34,10 @@ from typing import Any
 
 import redis
 
+from airflow_llm_router.engine import AdmitRequest, ModelQuota, RouterSettings
 from airflow_llm_router.engine.core import RouterCore
 from airflow_llm_router.engine.encoding import Completion, encode_completion, encode_request
 from airflow_llm_router.engine.keys import lease_model
-from airflow_llm_router.engine.quota import ModelQuota
-from airflow_llm_router.engine.types import AdmitRequest, RouterSettings
 from bench.common import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]

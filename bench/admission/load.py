@@ -9,14 +9,21 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator, Sequence
 
 import redis
 import redis.asyncio as aioredis
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
-from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.keys import RouterKeys
-from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from airflow_llm_router.engine import (
+    Admission,
+    AdmitRequest,
+    AsyncRouterClient,
+    Completion,
+    Decision,
+    RouterClient,
+    RouterKeys,
+    RouterSettings,
+)
 from bench.admission.model import (
     HUGE,
     SOCKET_TIMEOUT_S,
@@ -37,7 +44,7 @@ def _new_requests(pending: list[AdmitRequest], size: int) -> list[AdmitRequest]:
     return pending + [AdmitRequest(TOKENS) for _ in range(size - len(pending))]
 
 
-def _settle(log: CallLog, t0: float, pending: list[AdmitRequest], got: list
+def _settle(log: CallLog, t0: float, pending: list[AdmitRequest], got: Sequence[Decision]
             ) -> tuple[list[Admission], list[AdmitRequest]]:
     t1 = time.perf_counter()
     admitted = [d for d in got if isinstance(d, Admission)]
@@ -51,7 +58,8 @@ def _completions(admitted: list[Admission]) -> list[Completion]:
 
 
 def sync_caller(client: RouterClient, cell: Cell, clock: Clock, go: threading.Event) -> CallLog:
-    log, pending = CallLog(), []
+    log, pending = CallLog(), list[AdmitRequest]()
+    got: Sequence[Decision]
     go.wait()
     while (t0 := time.perf_counter()) < clock.stop:
         pending = _new_requests(pending, cell.batch)
@@ -71,7 +79,8 @@ def sync_caller(client: RouterClient, cell: Cell, clock: Clock, go: threading.Ev
 
 
 async def async_caller(client: AsyncRouterClient, cell: Cell, clock: Clock) -> CallLog:
-    log, pending = CallLog(), []
+    log, pending = CallLog(), list[AdmitRequest]()
+    got: Sequence[Decision]
     while (t0 := time.perf_counter()) < clock.stop:
         pending = _new_requests(pending, cell.batch)
         if cell.batch == 1:
@@ -178,7 +187,8 @@ def window_log_size(r: redis.Redis, settings: RouterSettings, model: str) -> int
 
 
 @contextlib.contextmanager
-def namespace(url: str, cell: Cell, index: int):
+def namespace(url: str, cell: Cell, index: int
+              ) -> Iterator[tuple[RouterSettings, redis.Redis]]:
     """A fresh namespace with the cell's quotas (and prefill); its keys deleted after."""
     settings = RouterSettings(namespace=f"bench-adm-{os.getpid()}-{index}")
     admin = connect(url)

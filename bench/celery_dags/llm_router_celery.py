@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG
 
-from airflow_llm_router.operators.solve import SolveTaskOperator
+from airflow_llm_router.operators import SolveTaskOperator
 
 FAN_OUT = int(os.environ.get("LLMR_CELERY_FAN_OUT", "4"))
 SCHEMA = os.environ.get("LLMR_CELERY_STORE_SCHEMA", "llm_router")

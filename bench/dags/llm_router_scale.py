@@ -19,7 +19,7 @@ import os
 
 from airflow.sdk import DAG
 
-from airflow_llm_router.operators.solve import SolveTaskAsyncOperator, SolveTaskOperator
+from airflow_llm_router.operators import SolveTaskAsyncOperator, SolveTaskOperator
 
 FAN_OUT = int(os.environ.get("LLMR_SCALE_FAN_OUT", "4"))
 SCHEMA = os.environ.get("LLMR_SCALE_STORE_SCHEMA", "llm_router")

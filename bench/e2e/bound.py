@@ -64,7 +64,8 @@ def phased_bound(groups: Mapping[Group, int], before: Mapping[str, ModelCapacity
     keys = [g for g, n in groups.items() if n > 0]
     if len(keys) > MAX_GROUPS:
         raise ValueError(f"{len(keys)} distinct model lists; at most {MAX_GROUPS} supported")
-    best, binding = 0.0, ()
+    best = 0.0
+    binding: tuple[Group, ...] = ()
     for size in range(1, len(keys) + 1):
         for subset in combinations(keys, size):
             models = sorted({m for g in subset for m in _allowed(g, before)})  # stable sums

@@ -4,7 +4,7 @@ against the bound. The series are computed by pure functions (tested); matplotli
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +118,7 @@ def _progress_plot(workload: str, raws: Mapping[str, Mapping[str, Any]],
 
 
 def write_all(raws: Mapping[tuple[str, str], Mapping[str, Any]],
-              results: list[Mapping[str, Any]], out: Path) -> dict[str, Path]:
+              results: Sequence[Mapping[str, Any]], out: Path) -> dict[str, Path]:
     """Every plot of the runs in ``out``; name -> path."""
     by_key = {(m["workload"], m["design"]): m for m in results}
     images: dict[str, Path] = {}

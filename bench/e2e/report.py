@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def at_least_makespan(m: Mapping[str, Any]) -> float:
     if m["finished"]:
         return float(m["makespan_s"])
     routing = (m.get("routing_bound") or {}).get("makespan_s", 0.0)
-    return max(float(m["makespan_s"]), routing)
+    return max(float(m["makespan_s"]), float(routing))
 
 
 def _row(m: Mapping[str, Any]) -> list[str]:
@@ -82,11 +82,11 @@ def _markdown(header: list[str], rows: Iterable[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def summary_table(results: list[Mapping[str, Any]]) -> str:
+def summary_table(results: Sequence[Mapping[str, Any]]) -> str:
     return _markdown(HEADER, (_row(m) for m in results))
 
 
-def _find(results: list[Mapping[str, Any]], workload: str, design: str
+def _find(results: Sequence[Mapping[str, Any]], workload: str, design: str
           ) -> Mapping[str, Any] | None:
     return next((m for m in results if m["workload"] == workload and m["design"] == design),
                 None)
@@ -96,7 +96,7 @@ def _verdict(ok: bool | None) -> str:
     return "—" if ok is None else ("met" if ok else "**missed**")
 
 
-def targets(results: list[Mapping[str, Any]]) -> str:
+def targets(results: Sequence[Mapping[str, Any]]) -> str:
     """The issue's targets, judged on this run's figures."""
     rows = []
     w1a, w1r = _find(results, "W1", "as-is"), _find(results, "W1", "router")
@@ -131,7 +131,7 @@ def targets(results: list[Mapping[str, Any]]) -> str:
     return _markdown(["target", "measured", "verdict"], rows)
 
 
-def per_model_peaks(results: list[Mapping[str, Any]]) -> str:
+def per_model_peaks(results: Sequence[Mapping[str, Any]]) -> str:
     """Each model's busiest window (or instant) over its target, per run: accepted, and in
     brackets offered (refused calls included) when it differs."""
     models = list(results[0]["peaks"]["models"])
@@ -148,7 +148,7 @@ def per_model_peaks(results: list[Mapping[str, Any]]) -> str:
     return _markdown(header, rows)
 
 
-def _events_text(results: list[Mapping[str, Any]]) -> str:
+def _events_text(results: Sequence[Mapping[str, Any]]) -> str:
     lines = []
     for m in results:
         if m["w3"]:
@@ -195,7 +195,7 @@ def _run_date(out: Path) -> str:
         return time.strftime("%Y-%m-%d", time.gmtime())
 
 
-def benchmarks_section(results: list[Mapping[str, Any]], images: Mapping[str, Path],
+def benchmarks_section(results: Sequence[Mapping[str, Any]], images: Mapping[str, Path],
                        out: Path) -> str:
     first = results[0]
     command = (out / "command.txt").read_text().strip() if (out / "command.txt").exists() \
@@ -280,7 +280,7 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:.0%}"
 
 
-def bottlenecks_section(results: list[Mapping[str, Any]], workload: str = "W1") -> str:
+def bottlenecks_section(results: Sequence[Mapping[str, Any]], workload: str = "W1") -> str:
     a, r = _find(results, workload, "as-is"), _find(results, workload, "router")
     if not a or not r:
         return f"(needs the {workload} runs of both designs)"
@@ -336,7 +336,8 @@ def bottlenecks_section(results: list[Mapping[str, Any]], workload: str = "W1") 
     ])
 
 
-def write_docs(results: list[Mapping[str, Any]], images: Mapping[str, Path], out: Path) -> None:
+def write_docs(results: Sequence[Mapping[str, Any]], images: Mapping[str, Path], out: Path
+               ) -> None:
     """Rewrite this benchmark's sections (its report in ``bench/out/benchmarks.md``, which
     git ignores, and the generated part of ``docs/bottlenecks.md``); re-reads each file
     right before writing it."""

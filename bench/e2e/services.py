@@ -19,8 +19,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
 from llm_router_devkit.demo.router_quotas import router_quotas

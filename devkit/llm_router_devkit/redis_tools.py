@@ -20,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from airflow_llm_router.engine.keys import RouterKeys
+from airflow_llm_router.engine import RouterKeys
 from llm_router_devkit.processes import ChildExited, start_child
 
 __all__ = ["LocalCluster", "LocalSentinel", "PrivateRedis", "drop_namespace", "private_redis"]

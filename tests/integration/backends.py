@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
 

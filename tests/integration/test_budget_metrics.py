@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_llm_router import metrics
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import Admission
 from tests.integration.test_metrics import StatsdListener, statsd  # noqa: F401 (fixture)
 

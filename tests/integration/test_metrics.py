@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_llm_router import metrics
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.solver.items import SolveItem
 from airflow_llm_router.triggers.solve import SolveTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile

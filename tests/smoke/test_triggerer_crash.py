@@ -51,7 +51,7 @@ import pytest
 import redis
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore

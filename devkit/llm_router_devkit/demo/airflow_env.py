@@ -55,7 +55,7 @@ def postgres_connection(dsn: str) -> dict[str, Any]:
     """A ``postgres`` connection for a libpq DSN or URI; other libpq settings go to extra."""
     params = conninfo_to_dict(dsn)
     conn: dict[str, Any] = {"conn_type": "postgres", "host": params.pop("host", "127.0.0.1"),
-                            "port": int(params.pop("port", 5432)),
+                            "port": int(str(params.pop("port", 5432))),
                             "login": params.pop("user", "postgres"),
                             "schema": params.pop("dbname", "postgres")}
     password = params.pop("password", None)

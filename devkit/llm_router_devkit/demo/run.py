@@ -22,9 +22,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.quota import ModelQuota
-from airflow_llm_router.engine.types import RouterSettings
+from airflow_llm_router.engine import ModelQuota, RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit import redis_tools
 from llm_router_devkit.demo import airflow_env
@@ -53,6 +51,10 @@ from llm_router_devkit.yardstick import (
 __all__ = ["DemoOptions", "run"]
 
 
+#: The repository's example DAGs (beside the devkit), wherever the demo is started from.
+EXAMPLE_DAGS = Path(__file__).resolve().parents[3] / "example_dags"
+
+
 @dataclass(frozen=True)
 class DemoOptions:
     """What ``python -m llm_router_devkit.demo`` was asked to do (see ``--help``)."""
@@ -74,9 +76,6 @@ class DemoOptions:
     progress_interval_s: float = 2.0
     yardstick: bool = True  # the LP bound and the reference schedules after the run
 
-
-#: The repository's example DAGs (beside the devkit), wherever the demo is started from.
-EXAMPLE_DAGS = Path(__file__).resolve().parents[3] / "example_dags"
 
 
 def say(message: str) -> None:

@@ -7,11 +7,11 @@ See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+from airflow_llm_router import count_input_tokens
 from llm_router_devkit.simulator.app import create_app
 from llm_router_devkit.simulator.profile import ModelProfile, ProviderLimits, SimulatorProfile
 from llm_router_devkit.simulator.provider import SimulatedBackend
 from llm_router_devkit.simulator.server import SimulatorProcess, SimulatorServer
-from llm_router_devkit.simulator.workload import count_input_tokens
 
 __all__ = [
     "ModelProfile",

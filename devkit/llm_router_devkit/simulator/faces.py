@@ -21,7 +21,7 @@ from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from airflow_llm_router.tokens import count_input_tokens
+from airflow_llm_router import count_input_tokens
 from llm_router_devkit.simulator.http_parts import Backend, cut_json
 from llm_router_devkit.simulator.limits import retry_after_header
 from llm_router_devkit.simulator.provider import (

@@ -89,7 +89,8 @@ class SimulatorServer:
             access_log=False,  # request lines only, but keep the demo's output quiet
             ws="none",
             lifespan="off",
-            timeout_graceful_shutdown=self._shutdown_timeout_s,
+            # typed int, but uvicorn only hands it to asyncio.wait_for: a float works
+            timeout_graceful_shutdown=self._shutdown_timeout_s,  # type: ignore[arg-type]
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

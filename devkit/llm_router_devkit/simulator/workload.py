@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from airflow_llm_router.tokens import count_input_tokens
+from airflow_llm_router import count_input_tokens
 from llm_router_devkit.simulator.profile import ModelProfile, SimulatorProfile
 
 _STANDARD_NORMAL = NormalDist()
@@ -94,7 +94,7 @@ def _latency(model: ModelProfile, z: float, straggler: bool, output_tokens: int)
     base *= (output_tokens / median_tokens) ** model.token_elasticity
     if straggler:
         base *= model.tail_factor
-    return min(max(base, model.min_s), model.max_s)
+    return float(min(max(base, model.min_s), model.max_s))
 
 
 def draw_output_tokens(model: ModelProfile, key: bytes, scale: float = 1.0) -> int:

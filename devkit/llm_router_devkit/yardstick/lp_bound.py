@@ -296,7 +296,7 @@ def _solve(instance: Instance, T: float, methods: tuple[str, ...] = METHODS,
     if result.status != 0:
         return UNKNOWN
     plan: list[dict[str, float]] = [{} for _ in instance.cost]
-    for col in np.flatnonzero(result.x[:n] > 1e-6):
+    for col in map(int, np.flatnonzero(result.x[:n] > 1e-6)):
         shares = plan[v.prompt[col]]
         shares[v.model[col]] = shares.get(v.model[col], 0.0) + float(result.x[col])
     return tuple(plan)

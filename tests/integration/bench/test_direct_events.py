@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 from psycopg.conninfo import make_conninfo
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.store import TaskStore
 from bench.direct_events import EventsSpec, WorkloadEvents

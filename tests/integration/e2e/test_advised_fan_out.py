@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit.simulator import SimulatorProfile

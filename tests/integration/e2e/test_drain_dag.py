@@ -9,7 +9,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.store import TaskStore
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
 

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.core import Command, Script
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 

@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from airflow_llm_router.engine.client import AsyncRouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import AsyncRouterClient, Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
 
 BIG = {"rpm": 10**6, "tpm": 10**9, "max_concurrency": 10**5}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.engine.stats import SpendStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait

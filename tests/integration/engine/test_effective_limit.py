@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.types import Admission
 from tests.integration.engine import admitting
 from tests.integration.engine.admitting import admit_all

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
 

@@ -15,8 +15,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.types import AdmitRequest, RouterSettings
 from tests.integration.engine.logging_clients import (

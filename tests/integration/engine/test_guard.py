@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
 from tests.integration.engine.admitting import admit_all, first_admission
 

@@ -9,8 +9,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import AsyncRouterClient, Completion, RouterClient
 from airflow_llm_router.engine.history import ModelHistory, RouterHistory
 from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
 

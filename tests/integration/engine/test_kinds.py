@@ -10,7 +10,7 @@ from statistics import NormalDist
 import pytest
 import redis
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import Admission, Wait
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
 from tests.integration.engine.admitting import redis_ms, until_redis_ms
 

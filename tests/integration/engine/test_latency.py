@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import Admission
 
 QUOTA = {"rpm": 1000, "tpm": 10**6, "max_concurrency": 50}

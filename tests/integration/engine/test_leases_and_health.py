@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
 from airflow_llm_router.exceptions import LeaseNotFoundError
 from tests.integration.engine.admitting import redis_ms

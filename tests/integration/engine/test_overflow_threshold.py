@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import Admission, Wait
 from airflow_llm_router.exceptions import QuotaValidationError

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.types import Admission, Wait
 from tests.integration.engine.admitting import (
     admit_all,

@@ -136,7 +136,7 @@ def test_from_url_and_the_hook_on_sentinel_follow_a_failover(
     hook = RouterHook("llm_router_sentinel")
     try:
         _holds_the_window(router)
-        assert hook.stats().models["m"].counters["admitted"] == 6  # the same master
+        assert hook.client.stats().models["m"].counters["admitted"] == 6  # the same master
         old = sentinel.master_port()
         # the replica holds the quota once replication caught up; then it is promoted
         with redis.Redis(port=old) as master:

@@ -39,7 +39,7 @@ from airflow_llm_router.engine import (
     Wait,
     slots,
 )
-from airflow_llm_router.engine.core import Decision
+from airflow_llm_router.engine.decoding import Decision
 from airflow_llm_router.exceptions import SlotMigrationError
 from llm_router_devkit.redis_tools import LocalCluster
 from tests.integration.engine.clusters import SERVER_DIRS, SERVER_IDS, cluster_of, reshard

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import Admission
 from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.hooks.router import RouterHook
@@ -27,19 +28,6 @@ def test_hook_builds_a_client_from_the_connection(router_conn: str, namespace: s
     assert ok, message
     hook.client.set_quota("a", {"rpm": 5, "tpm": 500, "max_concurrency": 1})
     assert isinstance(hook.client.admit(10), Admission)
-
-
-def test_the_hook_offers_the_routers_operations(router_conn: str) -> None:
-    hook = RouterHook(router_conn)
-    assert not hasattr(hook, "no_such_operation")
-    assert "client" not in vars(hook)  # asking for a non-operation built no client
-    hook.set_quota("a", {"rpm": 5, "tpm": 500, "max_concurrency": 1})
-    assert set(hook.get_quotas()) == {"a"}
-    decision = hook.admit(10)
-    assert isinstance(decision, Admission)
-    assert hook.complete(decision.lease_id, input_tokens=4, output_tokens=6) == "released"
-    assert hook.stats().models["a"].counters["completed"] == 1
-    assert hook.delete_quota("a") is True
 
 
 async def test_hook_async_client(router_conn: str, namespace: str) -> None:
@@ -101,7 +89,7 @@ def test_the_readme_engine_example_runs(namespace: str, monkeypatch: pytest.Monk
     scope: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), scope)  # the project's own README
     router = scope["router"]
-    assert isinstance(router, RouterHook)
+    assert isinstance(router, RouterClient)
     assert router.stats().models["gpt-small"].counters["completed"] == 1
 
 
@@ -115,7 +103,7 @@ def test_a_redis_providers_connection_serves_the_router_and_the_redis_hook(
     conn = {"conn_type": "redis", "host": "127.0.0.1", "port": 6379,
             "extra": {"db": 3, "namespace": namespace}}
     monkeypatch.setenv("AIRFLOW_CONN_SHARED_REDIS", json.dumps(conn))
-    router = RouterHook("shared_redis")
+    router = RouterHook("shared_redis").client
     router.set_quota("a", {"rpm": 5, "tpm": 500, "max_concurrency": 1})
     assert isinstance(router.admit(10), Admission)
     plain = RedisHook(redis_conn_id="shared_redis").get_conn()

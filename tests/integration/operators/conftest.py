@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.operators.solve import SolveTaskAsyncOperator, SolveTaskOperator
 from airflow_llm_router.solver.settings import DrainSettings

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from llm_router_devkit.stack import AirflowStack, PgServer, wait_for
 from tests.conftest import POSTGRES_DSN, REDIS_URL, delete_namespace

@@ -23,8 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 from tests.conftest import REDIS_URL
 from tests.integration.plugins.conftest import QuotaUiStack, api

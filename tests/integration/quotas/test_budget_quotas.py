@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
 from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.quotas import QuotaStore

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.cli.quotas import main
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import Wait
 from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas import QuotaStore, read_quota_file
-from airflow_llm_router.quotas.__main__ import main
 
 YAML = """\
 models:

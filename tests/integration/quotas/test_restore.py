@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.quotas import QuotaStore

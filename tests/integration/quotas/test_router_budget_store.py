@@ -10,12 +10,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
 from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.quotas import QuotaStore
-from airflow_llm_router.quotas.quota_store import ROUTER_BUDGET_AUDIT_NAME
+from airflow_llm_router.quotas.router_budget import ROUTER_BUDGET_AUDIT_NAME
 from tests.integration.redis_server import private_redis
 
 PRICED = {"rpm": 100, "tpm": 10**6, "max_concurrency": 10,

@@ -6,11 +6,11 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.quota import ModelQuota
 from airflow_llm_router.engine.types import RouterSettings
-from airflow_llm_router.exceptions import QuotaValidationError
-from airflow_llm_router.quotas import QuotaNotFoundError, QuotaStore, QuotaStoreError
+from airflow_llm_router.exceptions import QuotaNotFoundError, QuotaStoreError, QuotaValidationError
+from airflow_llm_router.quotas import QuotaStore
 
 SMALL = {"rpm": 60, "tpm": 90_000, "max_concurrency": 8}
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.sensors.backpressure import BackpressureSensor
 from airflow_llm_router.store import TaskStore
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 from airflow_llm_router.solver.admitter import BatchAdmitter
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.solver.items import SolveItem
 from airflow_llm_router.triggers.solve import SolveTrigger
 from tests.integration.backends import quotas_from, serve_backend, small_profile

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from airflow_llm_router.engine.client import AsyncRouterClient, RouterClient
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_TTL_S, report_backlog, stop_helpers

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 import redis
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.exceptions import TaskStoreError
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.store.watch import APPLICATION_NAME

@@ -17,7 +17,7 @@ import pytest
 import redis
 from psycopg import sql
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.store import DeadFilter, TaskStore

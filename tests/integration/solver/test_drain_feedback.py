@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
 from llm_router_devkit.simulator import SimulatorProfile

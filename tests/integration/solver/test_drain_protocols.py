@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.tokens import count_input_tokens
 from airflow_llm_router.triggers.solve import DrainTrigger

@@ -20,7 +20,7 @@ from typing import Any
 import airflow.configuration  # noqa: F401 (Airflow's logging set-up before caplog's)
 
 from airflow_llm_router.backend import BackendConfig, http_client
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 from airflow_llm_router.solver.items import SolveItem, SolveResult

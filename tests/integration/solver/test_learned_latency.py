@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from airflow_llm_router.backend import BackendConfig, http_client
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.solver.items import SolveItem

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from airflow_llm_router.backend import BackendConfig, http_client
-from airflow_llm_router.engine.client import AsyncRouterClient
+from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings

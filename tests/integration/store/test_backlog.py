@@ -9,7 +9,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_llm_router.store import DeadFilter, TaskStore, TaskValidationError
+from airflow_llm_router.exceptions import TaskValidationError
+from airflow_llm_router.store import DeadFilter, TaskStore
 from airflow_llm_router.store import backlog_records as store_models
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.llm_call import call_options
-from airflow_llm_router.store import NewTask, TaskStore, TaskValidationError
+from airflow_llm_router.store import NewTask, TaskStore
 
 GOOD = {"system": "Answer in French.", "temperature": 0.0, "top_p": 1,
         "stop": ["\n\n", "END"], "max_output_tokens": 256}

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from airflow_llm_router.store import ClaimedTask, TaskResult, TaskStore, TaskValidationError
+from airflow_llm_router.exceptions import TaskValidationError
+from airflow_llm_router.store import ClaimedTask, TaskResult, TaskStore
 
 
 def test_hot_tasks_are_claimed_before_bulk_then_oldest_first(store: TaskStore) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from airflow_llm_router.store import TaskStore, TaskValidationError
+from airflow_llm_router.exceptions import TaskValidationError
+from airflow_llm_router.store import TaskStore
 
 
 def test_enqueue_returns_ids_in_prompt_order(store: TaskStore) -> None:

@@ -7,12 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from airflow_llm_router.store import (
-    TaskFailure,
-    TaskResult,
-    TaskStore,
-    TaskValidationError,
-)
+from airflow_llm_router.exceptions import TaskValidationError
+from airflow_llm_router.store import TaskFailure, TaskResult, TaskStore
 from airflow_llm_router.store.records import MAX_ERROR_CHARS
 
 

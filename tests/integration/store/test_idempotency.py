@@ -12,8 +12,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from airflow_llm_router.exceptions import TaskValidationError
 from airflow_llm_router.pg import TableNames, migrate
-from airflow_llm_router.store import LATEST_VERSION, NewTask, TaskStore, TaskValidationError
+from airflow_llm_router.store import LATEST_VERSION, NewTask, TaskStore
 from airflow_llm_router.store.task_schema import MIGRATIONS
 
 

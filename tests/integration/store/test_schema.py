@@ -8,8 +8,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_llm_router.exceptions import TaskStoreError, TaskStoreSetupError
-from airflow_llm_router.store import LATEST_VERSION, TaskStore, TaskValidationError
+from airflow_llm_router.exceptions import TaskStoreError, TaskStoreSetupError, TaskValidationError
+from airflow_llm_router.store import LATEST_VERSION, TaskStore
 from airflow_llm_router.store.task_schema import MIGRATIONS
 
 EXPECTED_COLUMNS = {

@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.sensors.backpressure import BackpressureSensor
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.backlog import BacklogArrivalTrigger, BackpressureTrigger

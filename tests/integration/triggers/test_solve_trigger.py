@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.solver.items import SolveItem
 from airflow_llm_router.triggers.solve import SolveTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from tests.integration.engine.admitting import first_admission
 from tests.integration.web.conftest import MakeApi

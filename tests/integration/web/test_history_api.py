@@ -3,7 +3,7 @@ for readers, with bad input refused naming the field."""
 
 from __future__ import annotations
 
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import Completion
 from airflow_llm_router.engine.types import Admission
 from tests.integration.plugins.conftest import QuotaUiStack, api
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import Admission
 from airflow_llm_router.store import TaskStore
 from tests.integration.web.test_tasks_api import MakeTasksApi, make_tasks_api  # noqa: F401

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import schemathesis
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from tests.conftest import REDIS_URL, delete_namespace
 from tests.integration.web.fuzzing import fuzz_for_5xx

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.web.standalone import Standalone
 from tests.conftest import POSTGRES_DSN

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.async_client import AsyncRouterClient
-from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from llm_router_devkit.demo.router_quotas import UNLIMITED, router_quotas
 from llm_router_devkit.simulator import SimulatorProfile

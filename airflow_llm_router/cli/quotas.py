@@ -1,9 +1,9 @@
-"""Command line of the quota store, for deploy scripts.
+"""``llm-router quotas``: the quota store's command line, for deploy scripts.
 
-    python -m airflow_llm_router.quotas load quotas.yaml [--prune] [--conn-id ...]
-    python -m airflow_llm_router.quotas migrate
-    python -m airflow_llm_router.quotas list
-    python -m airflow_llm_router.quotas budget [--set MICRO_USD [--period-s S] | --clear]
+    llm-router quotas load quotas.yaml [--prune] [--conn-id ...]
+    llm-router quotas migrate
+    llm-router quotas list
+    llm-router quotas budget [--set MICRO_USD [--period-s S] | --clear]
 
 Connections and tables default to the ``[llm_router]`` Airflow config (see
 :class:`~airflow_llm_router.quotas.config.QuotaConfig`). Exit status 2 for invalid input
@@ -22,12 +22,14 @@ from dataclasses import replace
 
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_llm_router.cli import CliParser
+from airflow_llm_router.cli_parser import CliParser
 from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.exceptions import QuotaStoreError, QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.quotas.loader import read_quota_file
+
+__all__ = ["main"]
 
 
 def _parser(config: QuotaConfig | None = None) -> argparse.ArgumentParser:
@@ -35,7 +37,7 @@ def _parser(config: QuotaConfig | None = None) -> argparse.ArgumentParser:
     gives."""
     d = config or QuotaConfig()
     parser = CliParser(
-        prog="python -m airflow_llm_router.quotas",
+        prog="llm-router quotas",
         description="Manage the LLM router's durable quotas. Defaults come from the "
         "[llm_router] section of the Airflow config.")
     parser.add_argument("--conn-id", help="the llm_router connection (Redis) "
@@ -140,7 +142,3 @@ def _fail(message: str) -> int:
     one_line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
     print(f"error: {one_line}", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
