@@ -13,10 +13,12 @@ start of its 0.2 s bucket: at or before the real first call), and each run is me
 against the times it really had, read from its raw record (:func:`timing_of`), each on the
 side that keeps the bound a bound:
 
-- the **quota change** at its recorded stamp, taken after the provider's limits were
-  lowered: the run kept the old, larger limits at most that long (a change placed earlier
-  than it happened would deny the run capacity it had, and the run could beat the bound;
-  the nominal one window was 0.4-0.8 s early in the recorded W3 runs);
+- the **quota change** when the router was told: the target binds from then, so the
+  reference keeps the old limits no longer than the router's target did. The router is
+  told ``CUT_GRACE_S`` before the provider enforces the cut (``lower_limits``), and the
+  recorded stamp is taken after the provider's limits were lowered, so the change is
+  placed at the stamp less the grace: at or after the moment the router was told (the
+  nominal one window was 0.4-0.8 s early in the recorded W3 runs);
 - the **arrivals** at the earliest they can have happened: the benchmark enqueues a batch
   once ``at_windows`` windows have passed since it saw the first call.
 
@@ -52,7 +54,7 @@ from typing import Any
 
 from bench.common import interruptible
 from bench.e2e.analyse import read_raw
-from bench.e2e.run import busiest_model
+from bench.e2e.run import CUT_GRACE_S, busiest_model
 from bench.e2e.workloads import Workload, build
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.yardstick import (
@@ -92,7 +94,8 @@ class Yardstick:
 class Timing:
     """When a run's quota change and arrivals happened, in seconds from time 0 (its first
     call's bucket). ``seen_s``: when the benchmark saw the first call (arrivals count from
-    it); ``change_s``: the quota change's stamp, or None for the nominal time."""
+    it); ``change_s``: when the router was told of the quota change (its stamp less
+    ``CUT_GRACE_S``), or None for the nominal time."""
 
     seen_s: float = 0.0
     change_s: float | None = None
@@ -109,7 +112,7 @@ def timing_of(raw: dict[str, Any], first_call_s: float) -> Timing:
     change = next((e["at"] for e in raw.get("events", ()) if e["event"] == "quota_change"),
                   None)
     return Timing(seen_s=max(0.0, seen - first_call_s),
-                  change_s=None if change is None else change - first_call_s)
+                  change_s=None if change is None else change - first_call_s - CUT_GRACE_S)
 
 
 def relevant(timing: Timing, workload: Workload) -> Timing:
@@ -242,13 +245,13 @@ def _table(runs: Sequence[dict[str, Any]], sticks: Sequence[Yardstick]) -> str:
 
 def direct_runs(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Timing]]:
     """The runs of a ``bench.direct`` record (its ``runs.json``) as rows of the table, and
-    each one's timing: its quota change at the stamp it recorded (``change_s``: when the
-    provider's limits had been lowered, from the start of the first call's bucket, so
-    never earlier than it was); its arrivals at their nominal time from the first call, the
-    earliest they can have happened. A run without a change stamp (recorded before there
-    was one) is measured at the nominal change. The stamp is rounded up to a tenth of a
-    second (later, so never in the run's favour), so runs of a series share a yardstick
-    (its LP takes minutes)."""
+    each one's timing: its quota change when the router was told, the stamp it recorded
+    (``change_s``: when the provider's limits had been lowered, from the start of the
+    first call's bucket, so never earlier than it was) less ``CUT_GRACE_S``; its arrivals
+    at their nominal time from the first call, the earliest they can have happened. A run
+    without a change stamp (recorded before there was one) is measured at the nominal
+    change. The placement is rounded up to a tenth of a second (later, so never in the
+    run's favour), so runs of a series share a yardstick (its LP takes minutes)."""
     workload = record.get("workload")
     if not workload:
         return [], []
@@ -262,8 +265,8 @@ def direct_runs(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Timi
                      "calls_per_window": run.get("calls_per_window") or {}})
         change = next((e["change_s"] for e in run.get("fired") or ()
                        if e.get("event") == "quota_change" and "change_s" in e), None)
-        timings.append(Timing(change_s=None if change is None
-                              else math.ceil(round(change * 10, 6)) / 10))
+        timings.append(Timing(change_s=None if change is None else
+                              math.ceil(round((change - CUT_GRACE_S) * 10, 6)) / 10))
     return rows, timings
 
 

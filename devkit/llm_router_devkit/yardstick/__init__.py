@@ -23,9 +23,11 @@ from llm_router_devkit.yardstick.lp_bound import LPBound, lp_bound
 from llm_router_devkit.yardstick.reference import (
     Schedule,
     blind_reference_schedule,
+    check_preferences,
     check_schedule,
     reference_schedule,
 )
 
 __all__ = ["Instance", "LPBound", "Limits", "Schedule", "blind_reference_schedule",
-           "check_schedule", "instance_from_profile", "lp_bound", "reference_schedule"]
+           "check_preferences", "check_schedule", "instance_from_profile", "lp_bound",
+           "reference_schedule"]

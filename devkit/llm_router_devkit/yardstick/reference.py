@@ -47,10 +47,15 @@ from dataclasses import dataclass, replace
 
 from llm_router_devkit.yardstick.instance import Instance
 
-__all__ = ["Schedule", "blind_reference_schedule", "check_schedule", "reference_schedule"]
+__all__ = ["Schedule", "blind_reference_schedule", "check_preferences", "check_schedule",
+           "reference_schedule"]
 
 #: Waiting prompts looked at past one that chose to wait, per moment and model set.
 LOOKAHEAD = 64
+#: The local search's rounds from the best order (see :func:`_improved`), and the tail of
+#: the makespan whose prompts each round moves to the front.
+ROUNDS = 4
+TAIL = 0.1
 _EPS = 1e-9
 
 
@@ -64,6 +69,9 @@ class Schedule:
     makespan_s: float
     order: str
     refused: int = 0
+    #: the prompts in the order they were sent (sends at one moment in the order the
+    #: scheduler made them: what :func:`check_preferences` replays); empty: by send time
+    sequence: tuple[int, ...] = ()
 
 
 class _Call:
@@ -193,9 +201,19 @@ class _Run:
     (``Instance.expected``); the calls are charged the real costs either way."""
 
     def __init__(self, instance: Instance, order: Sequence[int], ordered: bool,
-                 blind: bool = False) -> None:
+                 blind: bool = False, hold: bool = False,
+                 targets: Sequence[str | None] = ()) -> None:
         self.instance = instance
         self.ordered = ordered
+        self.hold = hold
+        self.targets = targets
+        self.aimed_held = False  # a prompt was held for others to fill a model
+        # prompts not sent yet by the model they aim at (``targets``)
+        self.aiming: dict[str, int] = {}
+        for target in targets:
+            if target is not None:
+                self.aiming[target] = self.aiming.get(target, 0) + 1
+        self.sequence: list[int] = []
         self.known = instance.expected if blind else instance.cost
         self.refused = 0
         self.models = {m: _Model(m, instance) for m in instance.models}
@@ -224,7 +242,27 @@ class _Run:
         """Where prompt i goes and when it could be sent there (if later than now, it waits
         and decides again then)."""
         order = self.preferred(i)
-        return self.first_with_room(i, order) if order else self.best(i)
+        if not order:
+            return self.best(i)
+        if not self.hold:
+            return self.first_with_room(i, order)
+        if self.targets and self.waits_for_others(i, order):
+            return order[0], math.inf
+        return self.held(i, order)
+
+    def waits_for_others(self, i: int, order: Sequence[str]) -> bool:
+        """Whether prompt i, aimed at a later model of its list than the first with room
+        now, is held until that one is full: while prompts aimed at it are still to be
+        sent (they will fill it; once none is, the prompt decides as :meth:`held`)."""
+        target = self.targets[i]
+        if target is None:
+            return False
+        for name in order:
+            if name == target:
+                return False
+            if self.models[name].earliest(self.t, self.known[i][name][0]) <= self.t + _EPS:
+                return self.aiming.get(name, 0) > 0
+        return False
 
     def first_with_room(self, i: int, order: Sequence[str]) -> tuple[str, float]:
         """The first model of ``order`` that can take prompt i now; if none can, its first
@@ -240,6 +278,23 @@ class _Run:
             raise ValueError(f"prompt {i} fits on none of its models")
         return order[0], soonest
 
+    def held(self, i: int, order: Sequence[str]) -> tuple[str, float]:
+        """The model of ``order`` that finishes prompt i earliest among those it may take:
+        the first with room now, sent now, or one before it, sent when that has room (the
+        prompt is held until then and decides again; a model after the first with room is
+        never taken while that has room). None with room: any of them, when it has room."""
+        best, when = "", math.inf
+        for name in order:
+            tokens, latency = self.known[i][name]
+            s = self.models[name].earliest(self.t, tokens)
+            if s + latency < when:
+                best, when = name, s + latency
+            if s <= self.t + _EPS:
+                break
+        if not best:
+            raise ValueError(f"prompt {i} fits on none of its models")
+        return best, when - self.known[i][best][1]
+
     def best(self, i: int) -> tuple[str, float]:
         """The model that finishes prompt i earliest, and when it could be sent there."""
         best, when = "", math.inf
@@ -253,12 +308,14 @@ class _Run:
 
     def send_ready(self, group: list[int]) -> None:
         """Send the prompts of ``group`` whose chosen model can take them now; the others wait
-        (looking at most :data:`LOOKAHEAD` waiting ones past the first). With costs unknown,
-        the backend may refuse a send the scheduler's count allows (real tokens over the
-        window): the prompt waits and decides again at the next event."""
+        (looking at most :data:`LOOKAHEAD` waiting ones past the first, not counting those
+        held until other prompts fill a model). With costs unknown, the backend may refuse
+        a send the scheduler's count allows (real tokens over the window): the prompt waits
+        and decides again at the next event."""
         kept: list[int] = []
+        held = 0
         for pos, i in enumerate(group):
-            if len(kept) >= LOOKAHEAD:
+            if len(kept) - held >= LOOKAHEAD:
                 kept.extend(group[pos:])
                 break
             name, send_at = self.choice(i)
@@ -269,10 +326,16 @@ class _Run:
                 self.makespan = max(self.makespan,
                                     model.send(self.t, cost, self.known[i][name]))
                 self.sends[i] = (name, self.t)
+                self.sequence.append(i)
                 self.left -= 1
+                if self.targets and self.targets[i] is not None:
+                    self.aiming[self.targets[i]] -= 1
                 continue
             kept.append(i)
-            if send_at > self.t + _EPS:
+            if math.isinf(send_at):
+                held += 1
+                self.aimed_held = True
+            elif send_at > self.t + _EPS:
                 self.wakes.append(send_at)
             else:
                 self.refused += 1
@@ -287,27 +350,37 @@ class _Run:
             nexts.append(self.instance.change_at_s)
         nexts.extend(self.wakes)
         self.wakes = []
-        later = [x for x in nexts if x > self.t + _EPS]
+        later = [x for x in nexts if self.t + _EPS < x < math.inf]
         if not later:
             raise RuntimeError("the reference schedule is stuck: nothing frees capacity")
         self.t = min(later)
 
 
 def _simulate(instance: Instance, order: Sequence[int], name: str,
-              ordered: bool = False, blind: bool = False) -> Schedule:
-    """The schedule of one order; ``blind``: its choices read the expected costs."""
-    run = _Run(instance, order, ordered, blind)
+              ordered: bool = False, blind: bool = False, hold: bool = False,
+              targets: Sequence[str | None] = ()) -> Schedule:
+    """The schedule of one order; ``blind``: its choices read the expected costs;
+    ``hold``: a listed prompt may be held for an earlier model of its list
+    (:meth:`_Run.held`) rather than sent to the first with room, and, with ``targets``
+    (a model per prompt or None), until a model before its target is full
+    (:meth:`_Run.waits_for_others`)."""
+    run = _Run(instance, order, ordered, blind, hold, targets)
     while True:
         run.admit_arrivals()
         for m in run.models.values():
             m.expire(run.t)
-        for group in run.waiting.values():
-            run.send_ready(group)
+        while True:  # again while a prompt held for others to fill a model saw sends
+            left, run.aimed_held = run.left, False
+            for group in run.waiting.values():
+                run.send_ready(group)
+            if run.left == left or not run.aimed_held:
+                break
         if not run.left:
             break
         run.advance()
     return Schedule(sends=tuple(s for s in run.sends if s is not None),
-                    makespan_s=run.makespan, order=name, refused=run.refused)
+                    makespan_s=run.makespan, order=name, refused=run.refused,
+                    sequence=tuple(run.sequence))
 
 
 def _orders(instance: Instance) -> dict[str, list[int]]:
@@ -338,7 +411,8 @@ def reference_schedule(instance: Instance, plan: Sequence[Mapping[str, float]] =
         then restricts only the prompts without a list: a list cut to the plan's models
         would skip its first choice while it has room. Without lists, the same schedule.
     """
-    return _best(instance, plan, ordered, lambda inst: inst)[2]
+    return checked(instance, _best(instance, plan, ordered, lambda inst: inst)[3],
+                   ordered=ordered)
 
 
 def blind_reference_schedule(instance: Instance, plan: Sequence[Mapping[str, float]] = (),
@@ -357,29 +431,83 @@ def blind_reference_schedule(instance: Instance, plan: Sequence[Mapping[str, flo
     :param ordered: as for :func:`reference_schedule`.
     :raises ValueError: the instance has no expected costs.
     """
-    inst, order, guess = _best(instance, plan, ordered, Instance.as_expected)
-    return _simulate(inst, order, guess.order, ordered and instance.ordered, blind=True)
+    inst, order, rule, guess = _best(instance, plan, ordered, Instance.as_expected)
+    return checked(instance, _simulate(inst, order, guess.order, ordered and instance.ordered,
+                                       blind=True, hold=rule[0], targets=rule[1]))
+
+
+#: How a run treats the listed prompts: held or not (``_Run.held``), aimed at the LP
+#: plan's main model or not (``_Run.waits_for_others``).
+_Rule = tuple[bool, tuple[str | None, ...]]
 
 
 def _best(instance: Instance, plan: Sequence[Mapping[str, float]], ordered: bool,
-          judged: Callable[[Instance], Instance]) -> tuple[Instance, list[int], Schedule]:
-    """The candidate instance (``instance`` or kept to its plan) and prompt order whose
-    schedule of the ``judged`` instance (``instance`` itself, or what the scheduler
-    expects of it) ends first, and that schedule."""
+          judged: Callable[[Instance], Instance]
+          ) -> tuple[Instance, list[int], _Rule, Schedule]:
+    """The candidate instance (``instance`` or kept to its plan), prompt order and rule for
+    listed prompts whose schedule of the ``judged`` instance (``instance`` itself, or
+    what the scheduler expects of it) ends first, improved by :func:`_improved`, and that
+    schedule.
+
+    Listed prompts are held for an earlier model of their list when it finishes them
+    sooner (``_Run.held``; not holding is never faster on the workloads measured, so only
+    the bare instance tries it), and, along the plan, held until the models before the
+    plan's main model are full (``_Run.waits_for_others``)."""
     ordered = ordered and instance.ordered
-    candidates = [(instance, "")]
+    candidates = [(instance, "", [(False, ""), (True, ", held")] if ordered else [(False, "")])]
     if plan:
-        candidates.append((_planned(instance, plan, 0.1, ordered), ", LP plan"))
-        candidates.append((_planned(instance, plan, 1.0, ordered), ", LP plan's main model"))
-    best: tuple[Instance, list[int], Schedule] | None = None
-    for inst, label in candidates:
+        aimed = _targets(instance, plan) if ordered else ()
+        rules = [(True, ", held"), (True, ", aimed at the plan")] if ordered else [(False, "")]
+        candidates.append((_planned(instance, plan, 0.1, ordered), ", LP plan", rules))
+        candidates.append((_planned(instance, plan, 1.0, ordered), ", LP plan's main model",
+                           rules))
+    best: tuple[Instance, list[int], _Rule, Schedule] | None = None
+    for inst, label, tried in candidates:
         seen = judged(inst)
         for name, order in _orders(seen).items():
-            schedule = _simulate(seen, order, name + label, ordered)
-            if best is None or schedule.makespan_s < best[2].makespan_s:
-                best = inst, order, schedule
+            for hold, how in tried:
+                rule = (hold, aimed if how == ", aimed at the plan" else ())
+                schedule = _simulate(seen, order, name + label + how, ordered, hold=rule[0],
+                                     targets=rule[1])
+                if best is None or schedule.makespan_s < best[3].makespan_s:
+                    best = inst, order, rule, schedule
     assert best is not None
-    return best
+    return _improved(judged, ordered, *best)
+
+
+def _targets(instance: Instance, plan: Sequence[Mapping[str, float]]
+             ) -> tuple[str | None, ...]:
+    """Each listed prompt's target: the model of its list its plan gives the most of it
+    (None: a prompt without a list)."""
+    targets: list[str | None] = []
+    for i, shares in enumerate(plan):
+        order = instance.preferred(i)
+        inside = {m: x for m, x in shares.items() if m in order}
+        targets.append(max(inside, key=inside.__getitem__) if inside else None)
+    return tuple(targets)
+
+
+def _improved(judged: Callable[[Instance], Instance], ordered: bool, inst: Instance,
+              order: list[int], rule: _Rule, schedule: Schedule
+              ) -> tuple[Instance, list[int], _Rule, Schedule]:
+    """A local search from the best schedule found: the prompts whose calls end last (the
+    tail of :data:`TAIL` of the makespan) move to the front of the order, and the new
+    order is kept if its schedule ends sooner, for :data:`ROUNDS` rounds (stopping at the
+    first that does not improve)."""
+    seen = judged(inst)
+    for k in range(ROUNDS):
+        ends = {i: sent + seen.cost[i][model][1]
+                for i, (model, sent) in enumerate(schedule.sends)}
+        late = sorted((i for i, end in ends.items()
+                       if end >= schedule.makespan_s * (1 - TAIL)), key=lambda i: -ends[i])
+        moved = set(late)
+        trial = late + [i for i in order if i not in moved]
+        label = schedule.order.split(", tail first")[0] + f", tail first x{k + 1}"
+        tried = _simulate(seen, trial, label, ordered, hold=rule[0], targets=rule[1])
+        if tried.makespan_s >= schedule.makespan_s - _EPS:
+            break
+        order, schedule = trial, tried
+    return inst, order, rule, schedule
 
 
 def _planned(instance: Instance, plan: Sequence[Mapping[str, float]],
@@ -407,8 +535,13 @@ def _planned(instance: Instance, plan: Sequence[Mapping[str, float]],
 
 
 def check_schedule(instance: Instance, schedule: Schedule) -> list[str]:
-    """Every way ``schedule`` breaks the instance's limits (empty: it is valid)."""
+    """Every way ``schedule`` breaks the instance's limits or leaves a prompt unsent or
+    sent twice (empty: it is valid)."""
     problems = []
+    if len(schedule.sends) != instance.size:
+        problems.append(f"{len(schedule.sends)} sends for {instance.size} prompts")
+    if schedule.sequence and sorted(schedule.sequence) != list(range(instance.size)):
+        problems.append("the send sequence does not name each prompt once")
     by_model: dict[str, list[tuple[float, int, float]]] = {}
     for i, (model, sent) in enumerate(schedule.sends):
         if model not in instance.cost[i]:
@@ -431,3 +564,55 @@ def check_schedule(instance: Instance, schedule: Schedule) -> list[str]:
             if limits.max_concurrency is not None and flying > limits.max_concurrency:
                 problems.append(f"{model}: {flying} calls in flight at {t:.3f}")
     return problems
+
+
+def check_preferences(instance: Instance, schedule: Schedule) -> list[str]:
+    """Every send of ``schedule`` that breaks a prompt's ordered preference list (empty:
+    it keeps them all): a prompt sent to a model of its list while an earlier one could
+    have taken it then (its limits in force, the sends before it in ``sequence``: rpm,
+    tpm and concurrency all with room). Holding a prompt is no breach: only where it goes
+    when it is sent. Without ``sequence``, sends at one moment count in prompt order."""
+    sequence = schedule.sequence or tuple(
+        sorted(range(len(schedule.sends)), key=lambda i: (schedule.sends[i][1], i)))
+    before: dict[str, list[tuple[float, int, float]]] = {m: [] for m in instance.models}
+    problems = []
+    for i in sequence:
+        model, t = schedule.sends[i]
+        for earlier in instance.preferred(i)[: instance.preferred(i).index(model)] \
+                if model in instance.preferred(i) else ():
+            if _has_room(instance, before[earlier], earlier, t, instance.cost[i][earlier][0]):
+                problems.append(f"prompt {i} sent to {model} at {t:.3f} while {earlier}, "
+                                "earlier in its list, could take it")
+                break
+        if model in before:
+            before[model].append((t, instance.cost[i][model][0], t + instance.cost[i][model][1]))
+    return problems
+
+
+def _has_room(instance: Instance, calls: Sequence[tuple[float, int, float]], model: str,
+              t: float, tokens: int) -> bool:
+    """Whether ``model``, with ``calls`` (send, tokens, end) already sent, takes a call of
+    ``tokens`` at ``t`` under the limits in force then."""
+    limits = instance.limits_at(model, t)
+    inside = [c for c in calls if t - limits.window_s + _EPS < c[0] <= t + _EPS]
+    if limits.rpm is not None and len(inside) + 1 > limits.rpm:
+        return False
+    if limits.tpm is not None and sum(c[1] for c in inside) + tokens > limits.tpm:
+        return False
+    flying = sum(1 for c in calls if c[0] <= t + _EPS and c[2] > t + _EPS)
+    return limits.max_concurrency is None or flying + 1 <= limits.max_concurrency
+
+
+def checked(instance: Instance, schedule: Schedule, *, ordered: bool = False) -> Schedule:
+    """``schedule`` if it keeps every limit, sends each prompt once and, with ``ordered``,
+    keeps each prompt's ordered preference list; else a RuntimeError naming each breach
+    (a reference that breaks the rule it claims to keep is no yardstick)."""
+    problems = check_schedule(instance, schedule)
+    if ordered and instance.ordered:
+        problems += check_preferences(instance, schedule)
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
+                                           if len(problems) > 5 else "")
+        raise RuntimeError(f"the reference schedule ({schedule.order}) breaks the rule it "
+                           f"keeps: {shown}")
+    return schedule

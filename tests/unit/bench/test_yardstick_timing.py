@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.e2e.run import CUT_GRACE_S
 from bench.e2e.workloads import Arrival, QuotaChange, Workload
 from bench.e2e.yardstick import (
     NOMINAL,
@@ -34,7 +35,8 @@ def _tasks(n: int) -> tuple[SeedTask, ...]:
 
 def test_the_change_is_placed_at_its_stamp_and_arrivals_at_their_earliest() -> None:
     timing = timing_of(RAW, first_call_s=7.0)  # the first call's 0.2 s bucket
-    assert timing.change_s == pytest.approx(20.79)  # not the nominal 20 s: 0.79 s later
+    # when the router was told: the provider's stamp less the grace, not the nominal 20 s
+    assert timing.change_s == pytest.approx(20.79 - CUT_GRACE_S)
     assert timing.seen_s == pytest.approx(0.36)
     assert timing_of({"events": []}, first_call_s=3.0) == Timing(0.0, None)
 
@@ -45,7 +47,7 @@ def test_the_instance_uses_the_recorded_times() -> None:
     changed = Workload("W3-like", "", _tasks(3), quota_change=QuotaChange(at_windows=1.0))
     assert instance_of(changed, profile).change_at_s == pytest.approx(window)
     late = instance_of(changed, profile, timing_of(RAW, first_call_s=7.0))
-    assert late.change_at_s == pytest.approx(20.79)
+    assert late.change_at_s == pytest.approx(20.79 - CUT_GRACE_S)
     arriving = Workload("W4-like", "", _tasks(2), arrivals=(Arrival(0.5, _tasks(1)),))
     got = instance_of(arriving, profile, Timing(seen_s=0.36))
     assert got.arrivals_s == pytest.approx((0.0, 0.0, 0.36 + 0.5 * window))
@@ -91,9 +93,10 @@ def test_the_table_adds_the_reference_with_costs_unknown() -> None:
 
 
 def test_a_direct_run_is_measured_at_its_own_change_stamp() -> None:
-    """bench.direct's runs.json: each run's change at its recorded stamp, rounded up to a
-    tenth (never in the run's favour); a run without one at the nominal change; a record
-    that names no workload gives no rows (the caller says why)."""
+    """bench.direct's runs.json: each run's change when the router was told (its recorded
+    stamp less the grace), rounded up to a tenth (never in the run's favour); a run
+    without one at the nominal change; a record that names no workload gives no rows (the
+    caller says why)."""
     def run(fired: list[dict[str, object]]) -> dict[str, object]:
         return {"makespan_s": 68.4, "fired": fired,
                 "counts": {"pending": 0, "claimed": 0, "solved": 3990, "dead": 10}}
@@ -104,7 +107,8 @@ def test_a_direct_run_is_measured_at_its_own_change_stamp() -> None:
                   run([{"at_s": 20.0, "event": "quota_change", "change_s": 20.1}]),
                   run([])]}
     rows, timings = direct_runs(record)
-    assert timings == [Timing(change_s=20.1), Timing(change_s=20.1), NOMINAL]
+    assert CUT_GRACE_S == 1.0  # told a second before the provider's stamp
+    assert timings == [Timing(change_s=19.1), Timing(change_s=19.1), NOMINAL]
     assert rows[0] == {"workload": "W3", "design": "router (bench.direct, warm)",
                        "makespan_s": 68.4, "solved": 3990, "tasks": 4000, "time_scale": 3.0,
                        "calls_per_window": {}}

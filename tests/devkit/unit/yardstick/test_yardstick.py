@@ -12,11 +12,13 @@ from llm_router_devkit.yardstick import (
     Instance,
     Limits,
     Schedule,
+    check_preferences,
     check_schedule,
     instance_from_profile,
     lp_bound,
     reference_schedule,
 )
+from llm_router_devkit.yardstick.reference import checked
 
 
 def _one_model(latencies: list[float], **limits: int) -> Instance:
@@ -301,3 +303,57 @@ def test_instance_from_the_simulator_keeps_ordered_lists() -> None:
     assert ordered.ordered
     assert instance_from_profile(profile, prompts, allowed).preference == ()
     assert instance_from_profile(profile, prompts, None, ordered=True).preference == ()
+
+
+def test_a_listed_prompt_is_held_for_its_first_choice_when_that_finishes_sooner() -> None:
+    """fast takes one call a window (10 s), slow is 20 s a call. Sent to the first model
+    with room, the second prompt overflows to slow at 0 and ends at 20 s; held for fast's
+    next window it ends at 11 s, the best any preference-keeping schedule does (fast
+    takes one of the two in each window, slow ends at 20 s at the soonest)."""
+    instance = Instance(cost=tuple({"fast": (1, 1.0), "slow": (1, 20.0)} for _ in range(2)),
+                        limits={"fast": Limits(10.0, rpm=1), "slow": Limits(10.0, rpm=1)},
+                        preference=(("fast", "slow"),) * 2)
+    kept = reference_schedule(instance, ordered=True)
+    assert kept.sends == (("fast", 0.0), ("fast", 10.0))
+    assert kept.makespan_s == pytest.approx(11.0)
+    assert check_preferences(instance, kept) == []
+
+
+def _slow_where_first() -> Instance:
+    """x is slow on its first choice A, fast on B; y the other way round; A and B take
+    one call each per 100 s, and both list A first."""
+    return Instance(cost=({"A": (1, 30.0), "B": (1, 1.0)}, {"A": (1, 1.0), "B": (1, 30.0)}),
+                    limits={"A": Limits(100.0, rpm=1), "B": Limits(100.0, rpm=1)},
+                    preference=(("A", "B"),) * 2)
+
+
+def test_a_prompt_aimed_at_a_later_model_waits_until_the_earlier_one_is_full() -> None:
+    """The optimum, 1 s: y takes A at 0, which fills it, and x then overflows to B at once,
+    keeping the rule. Sending x to the first model with room (A, 30 s) cannot reach it;
+    holding x along the LP plan (x on B, y on A) does."""
+    instance = _slow_where_first()
+    bound = lp_bound(instance)
+    assert bound.plan[0]["B"] == pytest.approx(1.0) and bound.plan[1]["A"] == pytest.approx(1.0)
+    assert reference_schedule(instance, ordered=True).makespan_s == pytest.approx(30.0)
+    kept = reference_schedule(instance, bound.plan, ordered=True)
+    assert kept.sends == (("B", 0.0), ("A", 0.0))
+    assert kept.sequence == (1, 0)  # y first: A was full when x went to B
+    assert kept.makespan_s == pytest.approx(1.0)
+    assert check_preferences(instance, kept) == []
+
+
+def test_the_checker_finds_a_broken_preference_and_a_missing_send() -> None:
+    """The same sends in the other order break the rule: x went to B while A had room. A
+    schedule that leaves a prompt out is no schedule of the instance; a reference that
+    breaks its rule fails loudly."""
+    instance = _slow_where_first()
+    swapped = Schedule(sends=(("B", 0.0), ("A", 0.0)), makespan_s=1.0, order="by hand",
+                       sequence=(0, 1))
+    assert check_schedule(instance, swapped) == []
+    assert check_preferences(instance, swapped) == [
+        "prompt 0 sent to B at 0.000 while A, earlier in its list, could take it"]
+    short = Schedule(sends=(("A", 0.0),), makespan_s=30.0, order="by hand")
+    assert check_schedule(instance, short) == ["1 sends for 2 prompts"]
+    with pytest.raises(RuntimeError, match="breaks the rule it keeps: prompt 0 sent to B"):
+        checked(instance, swapped, ordered=True)
+    assert checked(instance, swapped) is swapped  # the limits alone hold
