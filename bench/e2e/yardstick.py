@@ -25,10 +25,11 @@ side that keeps the bound a bound:
 A run faster than the LP bound is flagged: it would mean the bound is wrong.
 
 A workload with ordered preference lists (W2) is also measured against the reference that
-keeps them (``reference_schedule(..., ordered=True)``: each prompt to the first model of its
-list with room now, as the router's drain admits it): the plain reference treats a list as
-a set and may send a prompt past its first choice while that has room, which makes it
-faster than any schedule that keeps the order.
+keeps them (``reference_schedule(..., ordered=True)``: the best schedule found in which
+each prompt goes to a later model of its list only while every earlier one cannot take
+it, holding prompts in the backlog where that pays; checked send by send): the plain
+reference treats a list as a set and may send a prompt past its first choice while that
+has room, which makes it faster than any schedule that keeps the order.
 
 For a ``bench.direct`` run, which records each model's calls per window, it also prints
 them next to the reference's: where a run falls short of the reference, the windows and

@@ -6,14 +6,19 @@ tokens in any window ``(t-W, t]``, at most ``max_concurrency`` calls in flight, 
 limits in force at each send. At each moment it takes the waiting prompts in a given order
 and sends each to the model that finishes it earliest (now, or later on a faster model if
 waiting for it finishes sooner: then the prompt waits). It tries a few orders and keeps the
-best. Sends only ever happen at the current time, so a send never invalidates an earlier
-one: every schedule it returns passes :func:`check_schedule`.
+best, then searches locally from it (:func:`_improved`). Sends only ever happen at the
+current time, so a send never invalidates an earlier one: every schedule it returns passes
+:func:`check_schedule`, which it checks (:func:`checked`: a breach raises).
 
 With ``ordered=True`` it keeps each prompt's ordered preference list
-(``Instance.preference``) as a router admitting with ``ordered=True`` does: the prompt goes
-to the first model of its list that can take it now, overflows to a later one only while
-the earlier ones cannot, and, if none can, waits until the first moment one of them can and
-decides again in list order. Treating the list as a set (the default) lets the reference
+(``Instance.preference``) at every send: a prompt goes to a later model of its list only
+while every earlier one cannot take it (:func:`check_preferences` replays the sends in
+their order and verifies it). Within that rule it may hold a prompt in the backlog: for an
+earlier model of its list that finishes it sooner (``_Run.held``), and, along the LP
+plan, until the models before the plan's choice for it are full, so that it overflows
+there (``_Run.waits_for_others``). The router's own greedy rule (the first model with room
+now, never holding) is one of the candidates, so the reference is never slower than it.
+Treating the list as a set (the default) lets the reference
 send a prompt to a later, faster model while its first choice has room, which no
 preference-keeping schedule may: on a workload with ordered lists the default reference
 is faster than any of them can be, and the preference-keeping one is the fairer yardstick
