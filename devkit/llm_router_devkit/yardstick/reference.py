@@ -57,10 +57,10 @@ __all__ = ["Schedule", "blind_reference_schedule", "check_preferences", "check_s
 
 #: Waiting prompts looked at past one that chose to wait, per moment and model set.
 LOOKAHEAD = 64
-#: The local search's rounds from the best order (see :func:`_improved`), and the tail of
-#: the makespan whose prompts each round moves to the front.
-ROUNDS = 4
-TAIL = 0.1
+#: The local search's rounds from the best order (see :func:`_improved`), and the shares
+#: of the makespan, tried in turn, whose prompts a round moves to the front.
+ROUNDS = 6
+TAILS = (0.1, 0.03)
 _EPS = 1e-9
 
 
@@ -495,23 +495,26 @@ def _targets(instance: Instance, plan: Sequence[Mapping[str, float]]
 def _improved(judged: Callable[[Instance], Instance], ordered: bool, inst: Instance,
               order: list[int], rule: _Rule, schedule: Schedule
               ) -> tuple[Instance, list[int], _Rule, Schedule]:
-    """A local search from the best schedule found: the prompts whose calls end last (the
-    tail of :data:`TAIL` of the makespan) move to the front of the order, and the new
-    order is kept if its schedule ends sooner, for :data:`ROUNDS` rounds (stopping at the
-    first that does not improve)."""
+    """A local search from the best schedule found: the prompts whose calls end in the
+    last share of the makespan (each of :data:`TAILS` in turn) move to the front of the
+    order, and the first new order whose schedule ends sooner is kept, for at most
+    :data:`ROUNDS` rounds (stopping at the first where no share helps)."""
     seen = judged(inst)
     for k in range(ROUNDS):
         ends = {i: sent + seen.cost[i][model][1]
                 for i, (model, sent) in enumerate(schedule.sends)}
-        late = sorted((i for i, end in ends.items()
-                       if end >= schedule.makespan_s * (1 - TAIL)), key=lambda i: -ends[i])
-        moved = set(late)
-        trial = late + [i for i in order if i not in moved]
-        label = schedule.order.split(", tail first")[0] + f", tail first x{k + 1}"
-        tried = _simulate(seen, trial, label, ordered, hold=rule[0], targets=rule[1])
-        if tried.makespan_s >= schedule.makespan_s - _EPS:
+        for tail in TAILS:
+            late = sorted((i for i, end in ends.items()
+                           if end >= schedule.makespan_s * (1 - tail)), key=lambda i: -ends[i])
+            moved = set(late)
+            trial = late + [i for i in order if i not in moved]
+            label = schedule.order.split(", tail first")[0] + f", tail first x{k + 1}"
+            tried = _simulate(seen, trial, label, ordered, hold=rule[0], targets=rule[1])
+            if tried.makespan_s < schedule.makespan_s - _EPS:
+                order, schedule = trial, tried
+                break
+        else:
             break
-        order, schedule = trial, tried
     return inst, order, rule, schedule
 
 
