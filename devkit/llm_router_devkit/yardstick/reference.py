@@ -59,8 +59,8 @@ __all__ = ["Schedule", "blind_reference_schedule", "check_preferences", "check_s
 LOOKAHEAD = 64
 #: The local search's rounds from the best order (see :func:`_improved`), and the shares
 #: of the makespan, tried in turn, whose prompts a round moves to the front.
-ROUNDS = 6
-TAILS = (0.1, 0.03)
+ROUNDS = 14
+TAILS = (0.1, 0.03, 0.01, 0.003)
 _EPS = 1e-9
 
 
