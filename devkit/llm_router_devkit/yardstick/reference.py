@@ -333,8 +333,9 @@ class _Run:
                 self.sends[i] = (name, self.t)
                 self.sequence.append(i)
                 self.left -= 1
-                if self.targets and self.targets[i] is not None:
-                    self.aiming[self.targets[i]] -= 1
+                target = self.targets[i] if self.targets else None
+                if target is not None:
+                    self.aiming[target] -= 1
                 continue
             kept.append(i)
             if math.isinf(send_at):
