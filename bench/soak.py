@@ -116,6 +116,11 @@ def _rss_mb() -> float:
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
+def _load_average() -> list[float]:
+    """The machine's load average over 1, 5 and 15 minutes: how loaded the run was."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def _used_memory_mb(url: str) -> float:
     with redis.Redis.from_url(url) as client:
         return round(int(client.info("memory")["used_memory"]) / 2**20, 2)
@@ -177,10 +182,14 @@ class Soak:
                              "redis_used_memory_mb": _used_memory_mb(self.redis.url)}
 
     def backend(self) -> dict[str, Any]:
-        """The backend's totals, with ``in_flight``: accepted calls still running."""
+        """The backend's totals, with ``in_flight``: accepted calls still running, and
+        ``violations_by_model``: the models whose window it refused a call in, how often."""
         stats = httpx.get(f"{self.sim.url}/stats", timeout=10).json()
         totals = dict(stats["totals"])
         totals["in_flight"] = sum(m["in_flight"] for m in stats["models"].values())
+        totals["violations_by_model"] = {
+            name: m["violations"]["total"] for name, m in stats["models"].items()
+            if m["violations"]["total"]}
         return totals
 
     def exposed(self) -> dict[str, int]:
@@ -199,6 +208,7 @@ class Soak:
         n = self.opts.prompts
         budget = max(120.0, n / 20)
         self.sample("start")
+        self.events["load_average"] = {"start": _load_average()}
         started = time.monotonic()
         with tempfile.TemporaryFile() as log:
             victim = subprocess.Popen(
@@ -215,6 +225,7 @@ class Soak:
                     victim.wait()
         await self._take_over(budget)
         self.events["seconds"] = round(time.monotonic() - started, 1)
+        self.events["load_average"]["end"] = _load_average()
         self.sample("end")
 
     async def _kill_mid_run(self, victim: subprocess.Popen[bytes], log: IO[bytes],
@@ -303,7 +314,8 @@ class Soak:
              f"lost; the Redis restart ({restart.get('in_flight', 0)} in flight) added "
              f"{max(0, repeated - kill['in_flight'])}"),
             ("no window over target", totals["violations"] == 0,
-             f"violations {totals['violations']}, 429s {totals['rejected_429']}"),
+             f"violations {totals['violations']} {totals['violations_by_model']}, "
+             f"429s {totals['rejected_429']}"),
             ("faults injected", min(totals["errors"], totals["timeouts"],
                                     totals["truncated"]) > 0
              and "kill" in self.events and "redis_restart" in self.events,

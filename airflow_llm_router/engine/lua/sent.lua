@@ -11,6 +11,9 @@
 -- backend counts such a call for a whole window from its arrival, so while its lease is
 -- held the entry comes back at the send, holding the model's output estimate (its input
 -- is not known here) until the lease settles with the actual tokens (complete.lua).
+-- A sent call's entry scores its send ms + 0.5: the half marks it sent, so that the trim
+-- keeps it while its lease is live (the call in flight: lib/model_state.lua) and drops the
+-- entry of a lease whose call never went out as before.
 -- Reply per lease: 1 moved or restored, 0 not (unknown or already later).
 local items = cjson.decode(ARGV[2])
 local out = {}
@@ -20,13 +23,13 @@ for k, it in ipairs(items) do
   local m = split_model(lid)
   out[k] = 0
   if m then
-    local at = int(NOW - ago)
-    out[k] = redis.call('ZADD', K_WIN(m), 'XX', 'GT', 'CH', at, lid)
+    local at = NOW - ago
+    out[k] = redis.call('ZADD', K_WIN(m), 'XX', 'GT', 'CH', sent_score(at), lid)
     if out[k] == 0 and not redis.call('ZSCORE', K_WIN(m), lid) then
       local info = redis.call('HGET', K_LEASES, lid)
       if info then
         local o = int(tonumber(redis.call('HGET', K_EST, m)) or 0)
-        redis.call('ZADD', K_WIN(m), math.max(at, lease_fields(info).t), lid)
+        redis.call('ZADD', K_WIN(m), sent_score(math.max(at, lease_fields(info).t)), lid)
         if redis.call('HSETNX', K_WTOK(m), lid, o .. ':0:' .. o) == 1 then
           redis.call('HINCRBY', K_WTOK(m), '_s', o)
           redis.call('HINCRBY', K_WTOK(m), '_o', o)

@@ -21,7 +21,7 @@ if type(names) ~= 'table' then
 end
 local COUNTERS = {'admitted', 'waited', 'rejected', 'completed', 'rate_limited', 'errors',
                   'expired', 'breaker_opened', 'limit_cuts', 'guard_widened', 'abandoned',
-                  'receipts', 'unknown_model'}
+                  'receipts', 'unknown_model', 'late_receipts', 'held_in_flight'}
 local out = {}
 for _, m in ipairs(names) do
   local st = load_model(m)

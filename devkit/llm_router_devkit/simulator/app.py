@@ -86,7 +86,7 @@ async def single(request: p.SingleRequest, backend: Backend) -> Response:
         return _rejection_response(admission, said)
     outcome = await backend.run(admission)
     if outcome.truncated:
-        return cut_json(outcome.body)
+        return cut_json(outcome.body, said)
     return JSONResponse(outcome.body, status_code=outcome.status, headers=said)
 
 
@@ -143,7 +143,7 @@ async def batch(request: p.BatchRequest, backend: Backend) -> dict[str, Any] | R
         for (_, admission), outcome in zip(running, outcomes, strict=True):
             if outcome.status == 200 and not outcome.truncated:
                 backend.lost_with_batch(admission)
-        return cut_json({p.RESULTS: results})
+        return cut_json({p.RESULTS: results}, said)
     return JSONResponse({p.RESULTS: results}, headers=said)
 
 

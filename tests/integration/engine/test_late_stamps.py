@@ -7,6 +7,10 @@ test_drain_resharding.py). The backend counts the call for a whole window from i
 so the router must too: the stamp restores a trimmed entry of a lease still held
 (``sent.lua``), and the asyncio client sends no admission while its own stamps are on their
 way (``AsyncRouterClient._stamp``).
+
+A call sent and not answered yet can reach the backend later than its send + guard (a
+loaded client or provider): the trim keeps its entry while its lease is live
+(lib/model_state.lua).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pytest
 
 from airflow_llm_router.engine import AsyncRouterClient, RouterClient
 from airflow_llm_router.engine.types import Admission, RouterSettings, Wait
-from tests.integration.engine.admitting import redis_ms, until_redis_ms
+from tests.integration.engine.admitting import admit_all, redis_ms, until_redis_ms
 
 #: rpm 2 in one-second windows, the guard at its least
 QUOTA = {"rpm": 2, "tpm": 10**6, "max_concurrency": 10, "window_s": 1}
@@ -72,6 +76,33 @@ def test_a_stamp_after_the_trim_restores_the_entry_at_the_send(
     assert router.complete(late.lease_id, 5, 7) == "released"
     assert router.redis.hget(tokens, late.lease_id) == b"12:5:7"
     assert router.mark_sent(["a#404"]) == 0  # an unknown lease is not made up
+
+
+def test_a_call_in_flight_keeps_its_entry_past_its_window_until_it_is_answered(
+    sync_router: RouterClient,
+) -> None:
+    router = sync_router
+    router.set_quota("a", QUOTA)
+    answered, flying = admit_all(router)  # rpm 2: both places
+    assert router.mark_sent([answered.lease_id, flying.lease_id]) == 2
+    router.complete(answered.lease_id, 10, 40)  # answered, without a receipt
+    window = router.core.keys.model("K_WIN", "a")
+    wait_past_its_window(router, window, flying.lease_id)
+    trimmed_at = redis_ms(router)
+    other = router.admit(1)  # trims the answered call's entry, holds the flying one's
+    assert isinstance(other, Admission)
+    assert router.redis.zscore(window, answered.lease_id) is None
+    held = router.redis.zscore(window, flying.lease_id)
+    assert held is not None and held >= trimmed_at - WINDOW_MS
+    assert router.stats().models["a"].counters["held_in_flight"] == 1
+    # the backend may count the flying call from any time until it answers: rpm 2 is full
+    third = router.admit(1)
+    assert isinstance(third, Wait) and third.reason == "rpm", third
+    # answered without a receipt, it leaves at the next trim past its guard
+    router.complete(flying.lease_id, 10, 40)
+    until_redis_ms(router, held + WINDOW_MS + GUARD_MS + 1)
+    assert isinstance(router.admit(1), Admission)
+    assert router.redis.zscore(window, flying.lease_id) is None
 
 
 @pytest.fixture

@@ -153,9 +153,11 @@ def test_after_a_429_widened_the_guard_receipts_wait_eight_windows(
     router.complete_many([Completion(first.lease_id, outcome="rate_limited")])
     stats = router.stats().models["a"]
     assert stats.guard_ms == 100 and stats.counters["guard_widened"] == 1
-    # the provider refused what the router counted: it may count from later than it says
+    # the provider refused what the router counted: it may count from later than it says,
+    # so a receipt does not move an entry earlier (one at the send would, trusted)
     sent_end = entry_end(router, second, window_ms)
-    receive(router, second)
+    router.complete_many([Completion(second.lease_id, 1, 0, "ok",
+                                     received_at_s=time.time() - 60)])
     assert entry_end(router, second, window_ms) == sent_end
     # eight windows later, receipts count again
     until_redis_ms(router, refused + 8 * window_ms + 1)
@@ -167,6 +169,42 @@ def test_after_a_429_widened_the_guard_receipts_wait_eight_windows(
     router.complete_many([Completion(late.lease_id, 1, 0, "ok",
                                      received_at_s=time.time() - 60)])
     assert entry_end(router, late, window_ms) < sent_end
+
+
+def test_a_call_received_past_its_guard_counts_a_window_from_its_receipt(
+        make_router: Callable[..., RouterClient]) -> None:
+    # a loaded client or provider: the call reaches the backend later than its send plus
+    # the guard (capped at a quarter window); the backend counts it a window from there,
+    # so its entry must too, else its place frees while the backend still counts it
+    router, (first, second) = started(make_router, 1000, guard_ms=50, guard_share=0)
+    sent_end = entry_end(router, first, 1000)
+    until_redis_ms(router, sent_end - 1000 + 450)  # 400 ms past its send + guard
+    before, after = receive(router, first)
+    ends = [entry_end(router, lease, 1000) for lease in (first, second)]
+    assert before + 1000 + MARGIN_MS - 1 <= ends[0] <= after + 1000 + MARGIN_MS
+    assert ends[1] == sent_end  # not answered: the guard
+    assert router.stats().models["a"].counters["late_receipts"] == 1
+    # the next place is the late call's, a window after its receipt (the unanswered call,
+    # in flight, keeps its own: lib/model_state.lua)
+    got = first_admission(router)
+    admitted_at = router.redis.zscore(router.core.keys.model("K_WIN", "a"), got.lease_id)
+    assert admitted_at is not None and admitted_at >= ends[0]
+    assert not isinstance(router.admit(1), Admission)
+
+
+def test_after_a_429_a_late_receipt_still_keeps_its_entry_longer(
+        make_router: Callable[..., RouterClient]) -> None:
+    # receipts are not trusted to free a place early after a 429, but one that says the
+    # call arrived late only makes its entry count longer
+    window_ms = 500
+    router, (first, second) = started(make_router, window_ms, guard_ms=50, guard_share=0,
+                                      cooldown_ms=1)
+    router.complete_many([Completion(first.lease_id, outcome="rate_limited")])
+    assert router.stats().models["a"].guard_ms == 100
+    sent_end = entry_end(router, second, window_ms)
+    until_redis_ms(router, sent_end - window_ms + 200)
+    before, _ = receive(router, second)
+    assert entry_end(router, second, window_ms) >= before + window_ms + MARGIN_MS - 1
 
 
 def test_a_receipt_before_the_send_counts_from_the_send(

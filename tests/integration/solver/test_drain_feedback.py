@@ -148,6 +148,27 @@ async def test_stated_limits_stop_the_429s_after_the_first_burst(
     assert sum(refused[first + 1:]) <= 2, refused
 
 
+async def drain_late(monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str,
+                     pg_schema: str, store: TaskStore, router: RouterClient, tasks: int,
+                     jitter_s: float, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Drain ``tasks`` prompts through a provider of 10 calls per 1 s window that counts
+    each call up to ``jitter_s`` after it reaches it (the delay drawn anew every quarter
+    window), at a quota equal to that limit; the drain's event and the provider's /stats."""
+    model = ModelProfile(name="m", median_s=1.0, sigma=0.3, min_s=0.5, max_s=4.0,
+                         output_tokens_mean=50, output_tokens_max=200, rpm=10)
+    sim_profile = SimulatorProfile(time_scale=60.0, seed=seed, models=[model],
+                                   arrival_jitter_s=jitter_s)
+    store.enqueue([f"prompt {i}" for i in range(tasks)])
+    with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
+        router.set_quota("m", {"rpm": 10, "tpm": 10**6, "max_concurrency": 100,
+                               "window_s": sim_profile.scaled_window_s,
+                               "expected_output_tokens": 200})
+        point_backend(monkeypatch, sim.url, rate_limit_headers=True)
+        event = await drain(pg_schema, tasks)
+        stats_doc: dict[str, Any] = httpx.get(f"{sim.url}/stats").json()
+    return event, stats_doc
+
+
 @pytest.mark.timeout(150)
 async def test_a_varying_arrival_delay_is_measured_and_the_guard_covers_it(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
@@ -160,18 +181,9 @@ async def test_a_varying_arrival_delay_is_measured_and_the_guard_covers_it(
     and the provider refuses (almost) nothing, at the quota equal to its real limit."""
     tasks = 120
     jitter_s = 0.18
-    model = ModelProfile(name="m", median_s=1.0, sigma=0.3, min_s=0.5, max_s=4.0,
-                         output_tokens_mean=50, output_tokens_max=200, rpm=10)
-    sim_profile = SimulatorProfile(time_scale=60.0, seed=3, models=[model],
-                                   arrival_jitter_s=jitter_s)
-    store.enqueue([f"prompt {i}" for i in range(tasks)])
-    with serve_backend(sim_profile, monkeypatch, namespace, pg_dsn) as sim:
-        router.set_quota("m", {"rpm": 10, "tpm": 10**6, "max_concurrency": 100,
-                               "window_s": sim_profile.scaled_window_s,
-                               "expected_output_tokens": 200})
-        point_backend(monkeypatch, sim.url, rate_limit_headers=True)
-        event = await drain(pg_schema, tasks)
-        totals = httpx.get(f"{sim.url}/stats").json()["totals"]
+    event, stats_doc = await drain_late(monkeypatch, namespace, pg_dsn, pg_schema, store,
+                                        router, tasks, jitter_s, seed=3)
+    totals = stats_doc["totals"]
     stats = router.stats().models["m"]
     print(f"{totals['rejected_429']} 429s, guard {stats.guard_ms} ms, "
           f"widened {stats.counters['guard_widened']} times")
@@ -181,3 +193,29 @@ async def test_a_varying_arrival_delay_is_measured_and_the_guard_covers_it(
     # the answered calls counted from their receipts, the guard only for those in flight
     assert stats.counters.get("receipts", 0) >= tasks // 2, stats
     assert totals["rejected_429"] <= 2, totals
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("jitter_s", [0.6, 1.6])
+async def test_calls_reaching_the_provider_past_the_guards_cap_never_overfill_a_window(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient, jitter_s: float,
+) -> None:
+    """A loaded machine, made deterministic: the provider counts calls up to ``jitter_s``
+    after they were sent, past the guard's cap (a quarter of the 1 s window), and at 1.6 s
+    past the window + guard: a call is still on its way when its send's entry would end.
+    A call in flight keeps its place in the window, and an answered one counts a window
+    from when the provider says it counted it: not one 429, at the quota equal to the
+    provider's real limit."""
+    tasks = 60
+    event, stats_doc = await drain_late(monkeypatch, namespace, pg_dsn, pg_schema, store,
+                                        router, tasks, jitter_s, seed=5)
+    totals, peak = stats_doc["totals"], stats_doc["models"]["m"]
+    stats = router.stats().models["m"]
+    print(f"{totals['rejected_429']} 429s, peak {peak['peak_accepted_requests_in_window']}"
+          f", guard {stats.guard_ms} ms, counters {stats.counters}")
+    assert event["status"] == "done", event
+    assert store.counts()["solved"] == tasks
+    assert totals["rejected_429"] == 0, totals
+    assert peak["peak_accepted_requests_in_window"] <= 10, peak
+    assert stats.counters["late_receipts"] > 0, stats  # calls did arrive past the guard

@@ -97,33 +97,44 @@ end
 -- Window entries of model m (quota q) whose backend said when it counted the call: the
 -- leases `ids` and, for each, `agos` = ms ago (by the caller's clock when it built the
 -- settlement; the script runs later, so NOW - ago is no earlier than the receipt). Each
--- entry moves earlier (never later) so that it counts until its receipt (never before
--- what it counted from) + the window + RECEIPT_MARGIN. An entry's end is its score + the
--- window + the guard in force when it is read, so the score takes the least guard in
--- force until then: the guard at that end (it only shrinks without a widening, and a
--- widening only keeps the entry longer).
--- Returns how many entries moved (counted in the model's 'receipts').
+-- entry moves so that it counts until its receipt (never before what it counted from) +
+-- the window + RECEIPT_MARGIN. An entry's end is its score + the window + the guard in
+-- force when it is read, so the score takes the least guard in force until then: the
+-- guard at that end (it only shrinks without a widening, and a widening only keeps the
+-- entry longer).
+-- Earlier (counted in the model's 'receipts'): a call that arrived within its guard frees
+-- its place a window after its arrival; not after a 429 widened the guard (the provider
+-- may count from later than it says).
+-- Later, always (counted in 'late_receipts'): a call that arrived later than its send plus
+-- the guard (a loaded client or provider, past the guard's cap) counts a whole window from
+-- its arrival, as the provider counts it; else its place would free while the provider
+-- still counts the call, and a call admitted then would be one too many there.
+-- Returns how many entries moved.
 function guard_receipts(m, q, ids, agos)
   if #ids == 0 then return 0 end
   local h = redis.call('HMGET', K_HEALTH, m .. '|guard', m .. '|guard_t', m .. '|guard_429_t')
   local refused = tonumber(h[3])
-  if refused and NOW - refused < GUARD_DECAY * q.win then return 0 end
+  local trusted = not (refused and NOW - refused < GUARD_DECAY * q.win)
   local least = guard_of(q, tonumber(h[1]), tonumber(h[2]), NOW + q.win + RECEIPT_MARGIN)
   local froms = redis.call('ZMSCORE', K_WIN(m), unpack(ids))
-  local args = {}
+  local args, early, late = {}, 0, 0
   for k, lid in ipairs(ids) do
     local from = tonumber(froms[k])
     if from then
       -- never before the send (or admission) it counts from now: a receipt before it is
       -- a backend clock behind ours
-      args[#args + 1] = int(math.max(from, NOW - agos[k]) + RECEIPT_MARGIN - least)
-      args[#args + 1] = lid
+      local at = math.max(from, NOW - agos[k]) + RECEIPT_MARGIN - least
+      if at > from or (trusted and at < from) then
+        args[#args + 1], args[#args + 2] = score_of(at), lid
+        if at > from then late = late + 1 else early = early + 1 end
+      end
     end
   end
   if #args == 0 then return 0 end
-  local moved = redis.call('ZADD', K_WIN(m), 'XX', 'LT', 'CH', unpack(args))
-  if moved > 0 then redis.call('HINCRBY', K_STATS, m .. '|receipts', moved) end
-  return moved
+  redis.call('ZADD', K_WIN(m), 'XX', unpack(args))
+  if early > 0 then redis.call('HINCRBY', K_STATS, m .. '|receipts', early) end
+  if late > 0 then redis.call('HINCRBY', K_STATS, m .. '|late_receipts', late) end
+  return early + late
 end
 
 -- Model m's guard in force is about to drop other than by its decay: its quota deleted
@@ -138,7 +149,7 @@ function guard_hold(m, by)
   for first = 1, #raw, 2000 do  -- unpack's stack: a thousand entries a ZADD
     local args = {}
     for k = first, math.min(#raw, first + 1999), 2 do
-      args[#args + 1] = int(tonumber(raw[k + 1]) + by)
+      args[#args + 1] = score_of(tonumber(raw[k + 1]) + by)
       args[#args + 1] = raw[k]
     end
     redis.call('ZADD', K_WIN(m), unpack(args))

@@ -25,9 +25,38 @@ local function reclaim(m)
   RELEASED = true
 end
 
+-- The entry of a call in flight (sent: its score has the half of sent.lua; its lease live)
+-- is not trimmed: the provider counts the call a window from when it reaches it, which can
+-- be later than its send plus the guard (a loaded client, a provider or proxy with a
+-- queue), and it reaches it before it answers. The entry moves to a window before now
+-- instead, so it counts one guard more and is looked at again then; once the call is
+-- answered, its receipt (lib/guard.lua) says how long it counts, or, without one, it
+-- leaves at the next trim past its guard. An entry whose call was never sent is trimmed
+-- as before: a send after that restores it (sent.lua).
 local function trim(m, win_ms, guard_ms)
   local cutoff = NOW - win_ms - guard_ms
-  local old = redis.call('ZRANGEBYSCORE', K_WIN(m), '-inf', int(cutoff), 'LIMIT', 0, BOUND)
+  local raw = redis.call('ZRANGEBYSCORE', K_WIN(m), '-inf', int(cutoff), 'WITHSCORES',
+                         'LIMIT', 0, BOUND)
+  if #raw == 0 then return end
+  local old, sent = {}, {}
+  for k = 1, #raw, 2 do
+    if tonumber(raw[k + 1]) % 1 ~= 0 then sent[#sent + 1] = raw[k] else old[#old + 1] = raw[k] end
+  end
+  if #sent > 0 then
+    local live = redis.call('ZMSCORE', K_LIVE(m), unpack(sent))
+    local held = {}
+    for i, lid in ipairs(sent) do
+      if live[i] then
+        held[#held + 1], held[#held + 2] = sent_score(NOW - win_ms), lid
+      else
+        old[#old + 1] = lid
+      end
+    end
+    if #held > 0 then
+      redis.call('ZADD', K_WIN(m), 'XX', unpack(held))
+      redis.call('HINCRBY', K_STATS, m .. '|held_in_flight', #held / 2)
+    end
+  end
   if #old == 0 then return end
   local toks = redis.call('HMGET', K_WTOK(m), unpack(old))
   local ds, di, dout = 0, 0, 0

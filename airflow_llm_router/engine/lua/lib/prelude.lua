@@ -38,6 +38,16 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- A window entry's score as text: whole ms, and the half that marks a sent call's entry
+-- (sent.lua) kept; sent_score(ms): the score of a call sent at `ms`.
+local function score_of(x)
+  if x % 1 ~= 0 then return int(x) .. '.5' end
+  return int(x)
+end
+local function sent_score(ms)
+  return int(ms) .. '.5'
+end
+
 -- The largest overrun of one call past its reservation, as learned (K_EST '<m>|xm', set
 -- at '<m>|xmt' ms), halving every XM_HALF ms since: an output's tail is a property of the
 -- model and its prompts, and a long-past straggler should not cost a window's tokens for

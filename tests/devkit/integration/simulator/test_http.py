@@ -169,6 +169,8 @@ def test_truncate_rate_one_answers_200_with_a_cut_json_body(serve: ServeFactory)
     assert response.text.startswith('{"model": "m", "answer"')
     with pytest.raises(json.JSONDecodeError):
         response.json()
+    # the headers come before the body: the receipt is readable when the body is not
+    assert float(response.headers["x-received-ms"]) > 0
     m = httpx.get(f"{sim.url}/stats").json()["models"]["m"]
     assert (m["accepted"], m["completed"], m["truncated"]) == (1, 0, 1)
 
@@ -186,6 +188,7 @@ def test_one_truncated_item_cuts_the_whole_batch(serve: ServeFactory) -> None:
     assert response.status_code == 200
     with pytest.raises(json.JSONDecodeError):
         response.json()
+    assert float(response.headers["x-received-ms"]) > 0
     m = httpx.get(f"{cut.url}/stats").json()["models"]["m"]
     assert (m["accepted"], m["completed"], m["truncated"]) == (12, 0, 12)
 
