@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("airflow.providers.common.ai.operators.llm",
                     reason="apache-airflow-providers-common-ai is not installed")
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from llm_router_devkit.api_server import standalone_api
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
 from llm_router_devkit.simulator.faces import face_connection

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.stats import ModelStats
 from llm_router_devkit.api_server import standalone_api
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
