@@ -10,8 +10,11 @@ client asks the sentinels for the current master and follows a failover.
 URLs::
 
     redis://[user:password@]host:port/db            one node (also rediss://, unix://)
-    redis+cluster://[user:password@]host:port       a cluster, from any of its nodes
-                                                    (rediss+cluster:// with TLS)
+    redis+cluster://[user:password@]host:port[,host:port...]
+                                                    a cluster, from any of its nodes: each
+                                                    is tried in turn, so one node down does
+                                                    not stop a new client (rediss+cluster://
+                                                    with TLS)
     redis+sentinel://[user:password@]host:port[,host:port...]/master[/db]
                                                     the master named ``master``
 """
@@ -24,9 +27,10 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 __all__ = ["RedisTarget", "async_redis", "sync_redis", "target_from_url"]
@@ -43,7 +47,8 @@ class RedisTarget:
     """Where the router's Redis is and how to log in.
 
     :param mode: ``node`` (one server), ``cluster`` (Redis Cluster: ``host:port`` is any
-        node) or ``sentinel`` (``sentinels`` are asked for the master ``sentinel_master``).
+        node, ``cluster_nodes`` more of them, tried in turn when a client starts) or
+        ``sentinel`` (``sentinels`` are asked for the master ``sentinel_master``).
     :param options: what every connection gets: ``username``, ``password``, ``db`` (0 for a
         cluster), ``socket_timeout``, ``socket_connect_timeout``, ``ssl*``.
     :param sentinel_options: what the connections to the sentinels get (their own
@@ -58,6 +63,7 @@ class RedisTarget:
     sentinels: tuple[tuple[str, int], ...] = ()
     sentinel_options: dict[str, Any] = field(default_factory=dict)
     url: str | None = None
+    cluster_nodes: tuple[tuple[str, int], ...] = ()
 
 
 def target_from_url(url: str) -> RedisTarget:
@@ -79,33 +85,59 @@ def target_from_url(url: str) -> RedisTarget:
         raise ValueError(f"redis url {url!r}: a cluster or sentinels are reached over TCP, "
                          "not a unix socket")
     if kind == "cluster":
+        if "," in rest.partition("/")[0].rpartition("@")[2]:
+            return _cluster_target(url, base, rest)
         return RedisTarget(mode="cluster", url=f"{base}://{rest}")
     return _sentinel_target(url, base, rest)
 
 
-def _sentinel_target(url: str, base: str, rest: str) -> RedisTarget:
-    parts = urlsplit(f"{base}://{rest}")
-    creds, _, hosts = parts.netloc.rpartition("@")
-    user, _, password = creds.partition(":")
-    path = [p for p in parts.path.split("/") if p]
-    if not path or len(path) > 2:
-        raise ValueError(f"redis url {url!r}: name the master, as "
-                         "redis+sentinel://host:26379[,host:26379]/mymaster[/db]")
-    sentinels = []
+def _host_ports(url: str, hosts: str, what: str) -> list[tuple[str, int]]:
+    found = []
     for hostport in hosts.split(","):
         host, _, port = hostport.rpartition(":")
         if not host or not port.isdigit():
-            raise ValueError(f"redis url {url!r}: sentinel {hostport!r} is not host:port")
-        sentinels.append((host, int(port)))
-    if len(path) == 2 and not path[1].isdigit():
-        raise ValueError(f"redis url {url!r}: the database after the master must be a number")
-    options: dict[str, Any] = {"db": int(path[1]) if len(path) == 2 else 0}
+            raise ValueError(f"redis url {url!r}: {what} {hostport!r} is not host:port")
+        found.append((host, int(port)))
+    return found
+
+
+def _credentials(base: str, creds: str) -> dict[str, Any]:
+    user, _, password = creds.partition(":")
+    options: dict[str, Any] = {}
     if user:
         options["username"] = unquote(user)
     if password:
         options["password"] = unquote(password)
     if base == "rediss":
         options["ssl"] = True
+    return options
+
+
+def _cluster_target(url: str, base: str, rest: str) -> RedisTarget:
+    """``redis+cluster://`` with several nodes: the first is ``host:port``, the others
+    ``cluster_nodes``."""
+    parts = urlsplit(f"{base}://{rest}")
+    creds, _, hosts = parts.netloc.rpartition("@")
+    if parts.path.strip("/") not in ("", "0"):
+        raise ValueError(f"redis url {url!r}: a Redis Cluster has database 0 only; "
+                         "remove the path, as redis+cluster://host:7000,host:7001")
+    nodes = _host_ports(url, hosts, "node")
+    return RedisTarget(mode="cluster", host=nodes[0][0], port=nodes[0][1],
+                       options=_credentials(base, creds), cluster_nodes=tuple(nodes[1:]))
+
+
+def _sentinel_target(url: str, base: str, rest: str) -> RedisTarget:
+    parts = urlsplit(f"{base}://{rest}")
+    creds, _, hosts = parts.netloc.rpartition("@")
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2:
+        raise ValueError(f"redis url {url!r}: name the master, as "
+                         "redis+sentinel://host:26379[,host:26379]/mymaster[/db]")
+    sentinels = _host_ports(url, hosts, "sentinel")
+    if len(path) == 2 and not path[1].isdigit():
+        raise ValueError(f"redis url {url!r}: the database after the master must be a number")
+    options: dict[str, Any] = {"db": int(path[1]) if len(path) == 2 else 0,
+                               **_credentials(base, creds)}
     return RedisTarget(mode="sentinel", host=sentinels[0][0], port=sentinels[0][1],
                        options=options, sentinel_master=path[0], sentinels=tuple(sentinels))
 
@@ -119,7 +151,8 @@ def sync_redis(target: RedisTarget) -> Any:
     if target.mode == "cluster":
         if target.url:
             return RedisCluster.from_url(target.url, **target.options)
-        return RedisCluster(host=target.host, port=target.port, **_cluster(target.options))
+        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in _nodes(target)],
+                            **_cluster(target.options))
     if target.mode == "sentinel":
         assert target.sentinel_master is not None
         sentinel = Sentinel(_sentinels(target), sentinel_kwargs=_sentinel_kwargs(target),
@@ -137,8 +170,9 @@ def async_redis(target: RedisTarget, max_connections: int = ASYNC_MAX_CONNECTION
         if target.url:
             return AsyncRedisCluster.from_url(target.url, max_connections=max_connections,
                                               **target.options)
-        return AsyncRedisCluster(host=target.host, port=target.port,
-                                 max_connections=max_connections, **_cluster(target.options))
+        return AsyncRedisCluster(
+            startup_nodes=[AsyncClusterNode(h, p) for h, p in _nodes(target)],
+            max_connections=max_connections, **_cluster(target.options))
     if target.mode == "sentinel":
         assert target.sentinel_master is not None
         sentinel = AsyncSentinel(_sentinels(target), sentinel_kwargs=_sentinel_kwargs(target),
@@ -152,6 +186,12 @@ def async_redis(target: RedisTarget, max_connections: int = ASYNC_MAX_CONNECTION
                                                max_connections=max_connections, timeout=None,
                                                **target.options)
     return aioredis.Redis(connection_pool=pool)
+
+
+def _nodes(target: RedisTarget) -> list[tuple[str, int]]:
+    """A cluster's startup nodes: ``host:port`` first, then ``cluster_nodes``."""
+    first = (target.host, target.port)
+    return [first, *(n for n in target.cluster_nodes if n != first)]
 
 
 def _cluster(options: dict[str, Any]) -> dict[str, Any]:
