@@ -5,7 +5,8 @@ Every key of a namespace shares one hash tag (``keys.py``), so each script runs 
 node that owns the namespace's slot: the engine needs nothing of a cluster but that
 redis-py's cluster client routes a script by its keys, and that a ``PUBLISH`` (the release
 channel) reaches the subscribers on every node, which Redis Cluster does. With Sentinel the
-client asks the sentinels for the current master and follows a failover.
+client asks the sentinels for the current master and follows a failover, and a router
+client holds its windows when its connections reach a new master (``failover.py``).
 
 URLs::
 
@@ -32,6 +33,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
+
+from airflow_llm_router.engine.failover import MasterWatch, connection_class
 
 __all__ = ["RedisTarget", "async_redis", "sync_redis", "target_from_url"]
 
@@ -157,7 +160,7 @@ def sync_redis(target: RedisTarget) -> Any:
         assert target.sentinel_master is not None
         sentinel = Sentinel(_sentinels(target), sentinel_kwargs=_sentinel_kwargs(target),
                             **target.options)
-        return sentinel.master_for(target.sentinel_master)
+        return sentinel.master_for(target.sentinel_master, **_watched(target, asyncio=False))
     if target.url:
         return redis.Redis.from_url(target.url, **target.options)
     return redis.Redis(host=target.host, port=target.port, **target.options)
@@ -177,7 +180,8 @@ def async_redis(target: RedisTarget, max_connections: int = ASYNC_MAX_CONNECTION
         assert target.sentinel_master is not None
         sentinel = AsyncSentinel(_sentinels(target), sentinel_kwargs=_sentinel_kwargs(target),
                                  **target.options)
-        return sentinel.master_for(target.sentinel_master, max_connections=max_connections)
+        return sentinel.master_for(target.sentinel_master, max_connections=max_connections,
+                                   **_watched(target, asyncio=True))
     if target.url:
         pool = aioredis.BlockingConnectionPool.from_url(
             target.url, max_connections=max_connections, timeout=None, **target.options)
@@ -186,6 +190,13 @@ def async_redis(target: RedisTarget, max_connections: int = ASYNC_MAX_CONNECTION
                                                max_connections=max_connections, timeout=None,
                                                **target.options)
     return aioredis.Redis(connection_pool=pool)
+
+
+def _watched(target: RedisTarget, *, asyncio: bool) -> dict[str, Any]:
+    """A Sentinel master's connections watch which master they reach: a router client on
+    them holds its windows when that changes (:mod:`~airflow_llm_router.engine.failover`)."""
+    return {"connection_class": connection_class(asyncio, bool(target.options.get("ssl"))),
+            "master_watch": MasterWatch()}
 
 
 def _nodes(target: RedisTarget) -> list[tuple[str, int]]:
