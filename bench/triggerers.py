@@ -18,6 +18,10 @@ task-store schema holding W1's prompts. The DAG (``bench/dags/llm_router_scale.p
   half the fan-out (rounded up), so the triggers must split between the two (with the
   default capacity of 1,000, whichever triggerer polls first takes every trigger deferred
   since its last poll);
+- ``deferrable-2-spread``: two triggerers, each able to hold every trigger (``capacity`` =
+  the fan-out: one takes over the other's drains if it dies) and taking at most one new
+  trigger per loop (``max_trigger_to_select_per_loop`` 1), so triggers deferred together
+  spread over the triggerers as they poll in turn;
 - ``async``: ``SolveTaskAsyncOperator``, each solver an async task in a worker slot.
 
 Per configuration: makespan (the first call at the backend -> the last answer in the store,
@@ -65,10 +69,13 @@ from llm_router_devkit.stack_processes import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = ROOT / "bench" / "dags"
-#: configuration -> (DAG mode, triggerers, each triggerer's capacity capped to half the
-#: fan-out: the triggers must split between the two)
-CONFIGS = {"deferrable-1": ("deferrable", 1, False), "deferrable-2": ("deferrable", 2, False),
-           "deferrable-2-split": ("deferrable", 2, True), "async": ("async", 1, False)}
+#: configuration -> (DAG mode, triggerers, placement: None (Airflow's defaults), "split"
+#: (each triggerer's capacity capped to half the fan-out: the triggers must split between
+#: the two) or "spread" (capacity the whole fan-out, one new trigger per loop))
+CONFIGS: dict[str, tuple[str, int, str | None]] = {
+    "deferrable-1": ("deferrable", 1, None), "deferrable-2": ("deferrable", 2, None),
+    "deferrable-2-split": ("deferrable", 2, "split"),
+    "deferrable-2-spread": ("deferrable", 2, "spread"), "async": ("async", 1, None)}
 POLL_S = 0.5
 STARTUP_TIMEOUT_S = 120.0
 SETTLE_S = 60.0
@@ -173,7 +180,8 @@ class TriggerSpread:
 
 
 def _stack(opts: argparse.Namespace, cleanup: ExitStack, pg: PgServer, database: str,
-           namespace: str, schema: str, sim_url: str, capacity: int | None) -> AirflowStack:
+           namespace: str, schema: str, sim_url: str, capacity: int | None,
+           per_loop: int | None) -> AirflowStack:
     pg.create_database(database)
     cleanup.callback(pg.drop_database, database)
     home = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmr-trig-")))
@@ -193,7 +201,9 @@ def _stack(opts: argparse.Namespace, cleanup: ExitStack, pg: PgServer, database:
                    "LLMR_SCALE_MAX_IN_FLIGHT": str(opts.max_in_flight),
                    "LLMR_SCALE_CLAIM_BATCH": str(opts.claim_batch),
                    "LLMR_SCALE_STORE_SCHEMA": schema,
-                   **({"AIRFLOW__TRIGGERER__CAPACITY": str(capacity)} if capacity else {})},
+                   **({"AIRFLOW__TRIGGERER__CAPACITY": str(capacity)} if capacity else {}),
+                   **({"AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": str(per_loop)}
+                      if per_loop else {})},
     )
 
 
@@ -242,8 +252,9 @@ def _store_times(dsn: str, schema: str) -> dict[str, Any]:
 
 
 def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
-    mode, triggerers, split = CONFIGS[name]
-    capacity = -(-opts.fan_out // 2) if split else None
+    mode, triggerers, placement = CONFIGS[name]
+    capacity = {"split": -(-opts.fan_out // 2), "spread": opts.fan_out}.get(placement or "")
+    per_loop = 1 if placement == "spread" else None
     dag_id = f"llm_router_scale_{mode}"
     profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed)
     workload = build("W1", opts.seed, [m.name for m in profile.models])
@@ -266,7 +277,8 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         cleanup.callback(store.close)
         store.migrate()
         seed_store(store, tasks)
-        stack = _stack(opts, cleanup, pg, database, namespace, schema, sim.url, capacity)
+        stack = _stack(opts, cleanup, pg, database, namespace, schema, sim.url, capacity,
+                       per_loop)
         stack.cli("db", "migrate", timeout_s=180)
         cleanup.callback(stack.stop)
         stack.start()
@@ -323,6 +335,7 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
                     ("requests", "completed", "rejected_429", "violations")},
         "cpu_s": {k: round(cpu1[k] - cpu0.get(k, 0.0), 2) for k in cpu1},
         "triggerer_capacity": capacity,
+        "max_trigger_to_select_per_loop": per_loop,
         "spread": spread.summary(jobs) if spread is not None else None,
         "load_average_at_end": load,
     }

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from airflow_llm_router.engine.api import AsyncDriver, RouterAPI, single_decision
 from airflow_llm_router.engine.connect import async_redis, target_from_url
 from airflow_llm_router.engine.core import Command, RouterCore, Script
+from airflow_llm_router.engine.failover import watch_master
 from airflow_llm_router.engine.merger import ScriptMerger
 from airflow_llm_router.engine.releases import RELEASE_HELPS, ReleaseListener
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
@@ -39,6 +40,7 @@ class AsyncRouterClient(RouterAPI, AsyncDriver):
         if isinstance(client, aioredis.RedisCluster):
             self.core.check_cluster()
         self.quota_source = quota_source
+        watch_master(client, self.core)
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
         self._releases = ReleaseListener(client, self.core.keys.released_channel,
                                          self.sharded_pubsub)

@@ -44,7 +44,8 @@ ROUTER_KEYS: dict[str, str] = {
     # STRING when the quotas were last synced from their durable source (ms); absent after
     # Redis lost its data: tells a lost Redis from a deleted model
     "K_EPOCH": "epoch",
-    # STRING when quotas were restored after Redis lost its data (ms, Redis clock); set
+    # STRING when quotas were restored after Redis lost its data, or a client reached a
+    #        new master (engine/failover.py) (ms, Redis clock); set
     #        with an expiry of the longest window + guard: while it lasts, each model whose
     #        window has not passed since is admitted at the recovery share
     "K_RECOVER": "recover",

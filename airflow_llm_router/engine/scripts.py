@@ -34,6 +34,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "set_quota": ("prelude", "history", "guard"),
     "delete_quota": ("prelude", "guard"),
     "start_recovery": ("prelude", "guard"),
+    "master_moved": ("prelude", "guard"),
     "stats": ("prelude", "budget", "effective", "guard", "model_state", "kinds"),
     "cancel": ("prelude",),
     "backlog": ("prelude", "reports"),

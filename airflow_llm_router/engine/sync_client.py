@@ -11,6 +11,7 @@ from redis.cluster import ClusterPubSub
 from airflow_llm_router.engine.api import RouterAPI, SyncDriver, single_decision
 from airflow_llm_router.engine.connect import sync_redis, target_from_url
 from airflow_llm_router.engine.core import Command, RouterCore, Script
+from airflow_llm_router.engine.failover import watch_master
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.slots import SlotRetry, refused_by_migration
@@ -31,6 +32,7 @@ class RouterClient(RouterAPI, SyncDriver):
         if isinstance(client, redis.RedisCluster):
             self.core.check_cluster()
         self.quota_source = quota_source
+        watch_master(client, self.core)
         self._scripts = {op: client.register_script(script_source(op)) for op in OPERATIONS}
 
     @classmethod

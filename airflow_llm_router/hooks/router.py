@@ -52,10 +52,11 @@ def redis_kwargs(conn: Any) -> dict[str, Any]:
 
 def redis_target(conn: Any) -> RedisTarget:
     """Where the connection's Redis is: one node (the default), a Redis Cluster (extra
-    ``cluster: true``; host and port are any node) or the master Sentinel watches (extra
-    ``sentinel_master``: its name; ``sentinels``: ``["host:port", ...]``, default the
-    connection's host and port; ``sentinel_password``, ``sentinel_username`` if the
-    sentinels ask for their own)."""
+    ``cluster: true``; host and port are any node; ``cluster_nodes``: ``["host:port",
+    ...]``, more nodes a new client tries in turn when that one is down) or the master
+    Sentinel watches (extra ``sentinel_master``: its name; ``sentinels``: ``["host:port",
+    ...]``, default the connection's host and port; ``sentinel_password``,
+    ``sentinel_username`` if the sentinels ask for their own)."""
     extra = conn.extra_dejson
     kwargs = redis_kwargs(conn)
     host, port = kwargs.pop("host"), kwargs.pop("port")
@@ -63,6 +64,11 @@ def redis_target(conn: Any) -> RedisTarget:
     if not isinstance(cluster, bool):
         raise ConnectionConfigError(_conn_id(conn), "extra.cluster",
                                     f"{cluster!r} is not true or false")
+    nodes = _host_ports(conn, "extra.cluster_nodes", extra.get("cluster_nodes"))
+    if nodes and not cluster:
+        raise ConnectionConfigError(_conn_id(conn), "extra.cluster_nodes",
+                                    "startup nodes are for a Redis Cluster: add "
+                                    "\"cluster\": true, or remove cluster_nodes")
     master = extra.get("sentinel_master")
     if master is not None and (not isinstance(master, str) or not master):
         raise ConnectionConfigError(_conn_id(conn), "extra.sentinel_master",
@@ -76,9 +82,10 @@ def redis_target(conn: Any) -> RedisTarget:
             raise ConnectionConfigError(_conn_id(conn), "extra.db",
                                         f"{kwargs['db']!r}: a Redis Cluster has database 0 "
                                         "only; remove db")
-        return RedisTarget(mode="cluster", host=host, port=port, options=kwargs)
+        return RedisTarget(mode="cluster", host=host, port=port, options=kwargs,
+                           cluster_nodes=tuple(nodes))
     if master:
-        sentinels = [_host_port(conn, s) for s in extra.get("sentinels") or []]
+        sentinels = _host_ports(conn, "extra.sentinels", extra.get("sentinels"))
         own = {k.removeprefix("sentinel_"): extra[k]
                for k in ("sentinel_password", "sentinel_username") if extra.get(k)}
         return RedisTarget(mode="sentinel", host=host, port=port, options=kwargs,
@@ -88,12 +95,21 @@ def redis_target(conn: Any) -> RedisTarget:
     return RedisTarget(host=host, port=port, options=kwargs)
 
 
-def _host_port(conn: Any, value: Any) -> tuple[str, int]:
-    host, _, port = str(value).rpartition(":")
-    if not host or not port.isdigit():
-        raise ConnectionConfigError(_conn_id(conn), "extra.sentinels",
-                                    f"{value!r} is not 'host:port'")
-    return host, int(port)
+def _host_ports(conn: Any, field: str, values: Any) -> list[tuple[str, int]]:
+    """``["host:port", ...]`` (or None) as pairs, or an error naming ``field``."""
+    if values is None:
+        return []
+    if not isinstance(values, list):
+        raise ConnectionConfigError(_conn_id(conn), field,
+                                    f"{values!r} is not a list such as [\"host:port\"]")
+    pairs = []
+    for value in values:
+        host, _, port = str(value).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConnectionConfigError(_conn_id(conn), field,
+                                        f"{value!r} is not 'host:port'")
+        pairs.append((host, int(port)))
+    return pairs
 
 
 def router_settings(conn: Any, overrides: dict[str, Any]) -> RouterSettings:

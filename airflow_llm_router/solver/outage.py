@@ -10,8 +10,10 @@ has lasted less than its budget (``redis_outage_s``, ``store_outage_s``) and, wh
 caller gives one, the deadline has not passed; then it raises the error so the drain ends
 loudly.
 
-Only connection-level errors are retried: a script error, a bad argument or a refused
-password is a bug, bad input or a wrong setting, and surfaces at once.
+Only connection-level errors are retried (and a cluster client's finding none of its
+startup nodes, or not every slot, which redis-py reports otherwise): a script error, a
+bad argument or a refused password is a bug, bad input or a wrong setting, and surfaces
+at once.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import redis.exceptions
 
 from airflow_llm_router.exceptions import TaskStoreUnavailable
 
-__all__ = ["NOT_AN_OUTAGE", "REDIS_DOWN", "Outage", "RedisOutage", "StoreOutage"]
+__all__ = ["NOT_AN_OUTAGE", "REDIS_DOWN", "Outage", "RedisOutage", "StoreOutage",
+           "cluster_unreachable"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,18 @@ NOT_AN_OUTAGE: tuple[type[Exception], ...] = (
     redis.exceptions.AuthenticationError,
     redis.exceptions.AuthorizationError,
 )
+
+#: what redis-py's cluster client says when none of its startup nodes answers, or the nodes
+#: it reached do not cover every slot yet (a node lost, its replica not promoted yet)
+_CLUSTER_UNREACHABLE = ("cannot be connected", "not covered")
+
+
+def cluster_unreachable(err: BaseException) -> bool:
+    """A Redis Cluster client found no node to start from, or not every slot: an outage
+    (redis-py raises a ``RedisClusterException``, not a connection error, for it)."""
+    return (isinstance(err, redis.exceptions.RedisClusterException)
+            and any(text in str(err) for text in _CLUSTER_UNREACHABLE))
+
 
 _FIRST_PAUSE_S = 0.05
 _MAX_PAUSE_S = 2.0
@@ -79,6 +94,10 @@ class Outage:
         #: outages seen (each logged once when it starts and once when it ends)
         self.outages = 0
 
+    def is_down(self, err: Exception) -> bool:
+        """``err`` means the service cannot be reached now (so a retry may mend it)."""
+        return isinstance(err, self._down) and not isinstance(err, self._not_down)
+
     @property
     def down(self) -> bool:
         return self._since is not None
@@ -96,8 +115,8 @@ class Outage:
         while True:
             try:
                 result = await fn(*args)
-            except self._down as err:
-                if isinstance(err, self._not_down):
+            except Exception as err:
+                if not self.is_down(err):
                     raise
                 now = time.monotonic()
                 if self._since is None:
@@ -131,6 +150,9 @@ class RedisOutage(Outage):
     def __init__(self, budget_s: float, *, deadline: float | None = None) -> None:
         super().__init__("Redis", "redis_outage_s", budget_s, REDIS_DOWN, deadline=deadline,
                          not_down=NOT_AN_OUTAGE)
+
+    def is_down(self, err: Exception) -> bool:
+        return super().is_down(err) or cluster_unreachable(err)
 
 
 class StoreOutage(Outage):
