@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from bench.common import warm_up as bench_warm_up
-from bench.e2e import collect
+from bench.e2e import collect, start_path
 from bench.e2e.services import Services, start_services
 from bench.e2e.workloads import Workload
 from llm_router_devkit.demo.fluid_bound import capacities
@@ -252,6 +252,7 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         if opts.warm and design == "router":
             warm_up(svc, workload)
         seed_store(svc.store, workload.initial)
+        start_path.install_claim_log(opts.postgres_dsn, svc.schema)
         svc.stack.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
         with httpx.Client(base_url=svc.sim.url, timeout=10) as http:
             http.post("/stats/reset").raise_for_status()
@@ -263,6 +264,7 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         ended = watch.now()
         backend = collect.backend_records(svc.sim.url, profile)
         rows = collect.store_rows(opts.postgres_dsn, svc.schema, profile)
+        claims = start_path.read_claim_log(opts.postgres_dsn, svc.schema)
         meta_dsn = PgServer.from_dsn(opts.postgres_dsn).dsn(f"llmr_bench_{svc.suffix}")
         airflow = collect.airflow_records(meta_dsn, dag_id)
         report = svc.stack.stop()
@@ -277,5 +279,5 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         "router_params": dict(opts.router_params) if design == "router" else {},
         "started_epoch": started, "reset_epoch": watch.reset_epoch, "ended_s": ended,
         "events": watch.events, "provenance": _provenance(),
-        "backend": backend, "rows": rows, "airflow": airflow,
+        "backend": backend, "rows": rows, "airflow": airflow, "claims": claims,
     }
