@@ -42,6 +42,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--parallelism", type=int, default=32, help="Airflow core parallelism")
     p.add_argument("--warm", action="store_true",
                    help="router runs start with learned estimates (one call per model first)")
+    p.add_argument("--warm-airflow", action="store_true",
+                   help="router runs start on an Airflow that has run the DAG before (one "
+                        "run on an empty store first): the DAG run's start to the first "
+                        "call as a deployment's, not a new stack's")
     p.add_argument("--router-param", action="append", default=[], metavar="NAME=N",
                    help="a parameter of the router's drain DAG run, e.g. fan_out=4 or "
                         "max_in_flight=200 (default: the DAG's, solvers as advised)")
@@ -76,6 +80,7 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
                                   "router": args.router_deadline_min * 60},
                       redis_url=args.redis_url, postgres_dsn=args.postgres_dsn,
                       parallelism=args.parallelism, warm=args.warm,
+                      warm_airflow=args.warm_airflow,
                       router_params=_router_params(args.router_param))
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(_command() + "\n")
@@ -114,9 +119,10 @@ def _router_params(given: list[str]) -> tuple[tuple[str, int], ...]:
 def record_baselines(args: argparse.Namespace, results: list[dict[str, Any]],
                      out: Path, directory: Path | None = None) -> None:
     """The router's runs as baselines: per workload, the makespan from the DAG run's start
-    (``product-<workload>``) and from the first claim (``product-<workload>-claim``), with
+    (``product-<workload>``, with ``--warm-airflow`` ``product-<workload>-warm``) and from
+    the first claim (the same with ``-claim``), with
     their 429s; and the DAG run's start to the first call (``first-call-cold``, or with
-    ``--warm`` ``first-call-warm``) over every run. A workload with no baseline file is
+    ``--warm-airflow`` ``first-call-warm``) over every run. A workload with no baseline file is
     skipped; a run cut short is refused. The command is the one that made the runs
     (``command.txt`` of ``out``, which ``--analyse`` re-reads)."""
     from bench.baselines import DIR, Check, record
@@ -135,7 +141,8 @@ def record_baselines(args: argparse.Namespace, results: list[dict[str, Any]],
         rejected = Check("429s", sum(m["rejected_429"] for m in runs), "<=", 0,
                          f"in {len(runs)} run{'s' if len(runs) > 1 else ''}")
         for suffix, key in (("", "from_run_start_s"), ("-claim", "from_first_claim_s")):
-            target = f"product-{workload.lower()}{suffix}"
+            warm = "-warm" if args.warm_airflow else ""
+            target = f"product-{workload.lower()}{warm}{suffix}"
             if (directory / f"{target}.json").is_file():
                 path = record(target, [m[key] for m in runs], command, also=[rejected],
                               directory=directory)
@@ -143,7 +150,7 @@ def record_baselines(args: argparse.Namespace, results: list[dict[str, Any]],
     firsts = [m["start_path"]["first call"] for m in router
               if m["start_path"].get("first call") is not None]
     if firsts:
-        target = "first-call-warm" if args.warm else "first-call-cold"
+        target = "first-call-warm" if args.warm_airflow else "first-call-cold"
         print(f"wrote {record(target, firsts, command, directory=directory)}")
 
 

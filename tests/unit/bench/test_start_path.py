@@ -85,3 +85,16 @@ def test_a_run_cut_short_is_no_baseline(tmp_path: Path) -> None:
 
 def dump_baseline(directory: Path, target: str) -> None:
     (directory / f"{target}.json").write_text(dump(_baseline(target)))
+
+
+def test_the_warm_up_run_is_not_measured() -> None:
+    from bench.e2e.run import WARM_UP_RUN, _measured
+
+    airflow = raw()["airflow"]
+    warm = {"run_id": f"{WARM_UP_RUN}abc", "state": "success", "queued": 990.0,
+            "start": 990.5, "end": 995.0}
+    both = {"runs": [warm, *airflow["runs"]],
+            "task_instances": [{**airflow["task_instances"][0], "run_id": warm["run_id"]},
+                               *airflow["task_instances"]]}
+    assert _measured(both) == airflow
+    assert steps({**raw(), "airflow": _measured(both)}, 3.5)["run started"] == 0.5
