@@ -59,7 +59,7 @@ def test_parsing_the_drain_dag_does_not_load_the_solver(tmp_path: Path) -> None:
 
 
 def test_the_solving_trigger_loads_the_solver_when_it_is_built(tmp_path: Path) -> None:
-    modules = _imported("from airflow_llm_router.triggers.solve import DrainTrigger",
+    modules = _imported("from airflow_llm_router.triggers import DrainTrigger",
                         tmp_path)
     assert _loaded(modules, "aiohttp")  # the probe tells a deferred import from a missing one
 
