@@ -1,5 +1,9 @@
 """What both solving operators share: connections, typed settings, and running their
-trigger deferred (in the triggerer) or inline (in the worker)."""
+trigger deferred (in the triggerer) or inline (in the worker).
+
+The operator modules do not import the solving triggers (and with them the solver and
+its HTTP client, aiohttp) until a task runs: every task process of a DAG imports its DAG
+file, so a sensor or a planning task beside a solver would pay for them at its start."""
 
 from __future__ import annotations
 
@@ -7,13 +11,15 @@ import asyncio
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_llm_router.solver.settings import SolveSettings, parse_settings
-from airflow_llm_router.triggers.solve import DrainTrigger, SolveTrigger
+
+if TYPE_CHECKING:
+    from airflow_llm_router.triggers.solve import DrainTrigger, SolveTrigger
 
 __all__ = ["CALL_MARGIN_S", "SolvingOperator", "event_status", "first_event"]
 

@@ -11,7 +11,6 @@ from airflow_llm_router.engine.types import as_on_budget, as_priority
 from airflow_llm_router.operators.base import SolvingOperator, event_status
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.settings import SolveSettings
-from airflow_llm_router.triggers.solve import SolveTrigger
 
 __all__ = ["SolvePromptsOperator"]
 
@@ -70,6 +69,8 @@ class SolvePromptsOperator(SolvingOperator[SolveSettings]):
                       on_budget=on_budget)
             for i, p in enumerate(prompts)
         ]
+        from airflow_llm_router.triggers.solve import SolveTrigger  # see operators.base
+
         trigger = SolveTrigger(items=[i.to_dict() for i in items],
                                settings=settings.model_dump(),
                                router_conn_id=self.router_conn_id,

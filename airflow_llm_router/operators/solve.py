@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 from airflow.sdk.bases.operator import BaseAsyncOperator
@@ -15,7 +15,9 @@ from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.operators.base import SolvingOperator, event_status, first_event
 from airflow_llm_router.solver.settings import DrainSettings
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
+
+if TYPE_CHECKING:
+    from airflow_llm_router.triggers.solve import DrainTrigger
 
 __all__ = ["SolveTaskAsyncOperator", "SolveTaskOperator"]
 
@@ -123,6 +125,8 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
                  state: dict[str, Any], *, until_empty: bool = False) -> DrainTrigger:
         """The drain, as a trigger; it takes back the live claims of this task's earlier
         tries (a try that crashed could not hand them back)."""
+        from airflow_llm_router.triggers.solve import DrainTrigger  # see operators.base
+
         ti = context["ti"]
         return DrainTrigger(
             store={"postgres_conn_id": self.postgres_conn_id, "schema": self.store_schema,

@@ -18,10 +18,11 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import OUT_DIR
 from bench.e2e.run import DESIGNS, RunOptions, run_one
-from bench.e2e.workloads import WORKLOADS, build
+from bench.e2e.workloads import WORKLOADS, Workload, build
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +42,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--parallelism", type=int, default=32, help="Airflow core parallelism")
     p.add_argument("--warm", action="store_true",
                    help="router runs start with learned estimates (one call per model first)")
+    p.add_argument("--warm-airflow", action="store_true",
+                   help="router runs start on an Airflow that has run the DAG before (one "
+                        "run on an empty store first): the DAG run's start to the first "
+                        "call as a deployment's, not a new stack's")
     p.add_argument("--router-param", action="append", default=[], metavar="NAME=N",
                    help="a parameter of the router's drain DAG run, e.g. fan_out=4 or "
                         "max_in_flight=200 (default: the DAG's, solvers as advised)")
@@ -54,6 +59,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "docs/bottlenecks.md and the plots in docs/img/")
     p.add_argument("--analyse", type=Path, metavar="DIR",
                    help="only analyse the raw runs saved in DIR")
+    p.add_argument("--runs", type=int, default=1,
+                   help="run each workload and design this many times, interleaved")
+    p.add_argument("--baseline", action="store_true",
+                   help="record the router's runs as the product path's baselines "
+                        "(bench/baselines/product-<workload>*.json, first-call-cold or "
+                        "first-call-warm), the figures of docs/benchmarks.md's targets table")
     p.add_argument("--airflow-home", type=Path, metavar="DIR",
                    help="keep each run's AIRFLOW_HOME (component and task logs) in "
                         "DIR/<workload>-<design> instead of a temporary directory")
@@ -69,20 +80,30 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
                                   "router": args.router_deadline_min * 60},
                       redis_url=args.redis_url, postgres_dsn=args.postgres_dsn,
                       parallelism=args.parallelism, warm=args.warm,
+                      warm_airflow=args.warm_airflow,
                       router_params=_router_params(args.router_param))
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(_command() + "\n")
-    for name in args.workloads:
-        workload = build(name, args.seed, models)
-        for design in args.designs:
-            print(f"\n=== {name} ({workload.description}) / {design} ===", flush=True)
-            home = args.airflow_home / f"{name}-{design}" if args.airflow_home else None
-            raw = run_one(workload, design, dataclasses.replace(opts, keep_home=home))
-            raw["load_average"] = os.getloadavg()
-            path = out / f"{name}-{design}.raw.json.gz"
-            with gzip.open(path, "wt") as f:
-                json.dump(raw, f, separators=(",", ":"))
-            print(f"saved {path}", flush=True)
+    for k in range(1, args.runs + 1):
+        for name in args.workloads:
+            workload = build(name, args.seed, models)
+            for design in args.designs:
+                run_and_save(args, opts, out, workload, design, k)
+
+
+def run_and_save(args: argparse.Namespace, opts: RunOptions, out: Path, workload: Workload,
+                 design: str, k: int) -> None:
+    """One run, its raw record saved as ``<workload>-<design>[-<k>].raw.json.gz``."""
+    name = workload.name + (f" run {k}" if args.runs > 1 else "")
+    print(f"\n=== {name} ({workload.description}) / {design} ===", flush=True)
+    stem = f"{workload.name}-{design}" + (f"-{k}" if args.runs > 1 else "")
+    home = args.airflow_home / stem if args.airflow_home else None
+    raw = run_one(workload, design, dataclasses.replace(opts, keep_home=home))
+    raw["load_average"] = os.getloadavg()
+    path = out / f"{stem}.raw.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(raw, f, separators=(",", ":"))
+    print(f"saved {path}", flush=True)
 
 
 def _router_params(given: list[str]) -> tuple[tuple[str, int], ...]:
@@ -93,6 +114,44 @@ def _router_params(given: list[str]) -> tuple[tuple[str, int], ...]:
             raise SystemExit(f"--router-param {item!r}: expected NAME=N, e.g. fan_out=4")
         params.append((name, int(value)))
     return tuple(params)
+
+
+def record_baselines(args: argparse.Namespace, results: list[dict[str, Any]],
+                     out: Path, directory: Path | None = None) -> None:
+    """The router's runs as baselines: per workload, the makespan from the DAG run's start
+    (``product-<workload>``, with ``--warm-airflow`` ``product-<workload>-warm``) and from
+    the first claim (the same with ``-claim``), with
+    their 429s; and the DAG run's start to the first call (``first-call-cold``, or with
+    ``--warm-airflow`` ``first-call-warm``) over every run. A workload with no baseline file is
+    skipped; a run cut short is refused. The command is the one that made the runs
+    (``command.txt`` of ``out``, which ``--analyse`` re-reads)."""
+    from bench.baselines import DIR, Check, record
+
+    directory = directory or DIR
+    router = [m for m in results if m["design"] == "router"]
+    cut = [m["workload"] for m in router if not m["finished"]]
+    if cut:
+        raise SystemExit(f"error: --baseline: runs of {', '.join(cut)} were cut short; "
+                         "re-run them to the end (--router-deadline-min)")
+    saved = out / "command.txt"
+    command = (saved.read_text().strip() if saved.is_file() else _command())
+    command = command.replace(" --baseline", "")
+    for workload in sorted({m["workload"] for m in router}):
+        runs = [m for m in router if m["workload"] == workload]
+        rejected = Check("429s", sum(m["rejected_429"] for m in runs), "<=", 0,
+                         f"in {len(runs)} run{'s' if len(runs) > 1 else ''}")
+        for suffix, key in (("", "from_run_start_s"), ("-claim", "from_first_claim_s")):
+            warm = "-warm" if args.warm_airflow else ""
+            target = f"product-{workload.lower()}{warm}{suffix}"
+            if (directory / f"{target}.json").is_file():
+                path = record(target, [m[key] for m in runs], command, also=[rejected],
+                              directory=directory)
+                print(f"wrote {path}")
+    firsts = [m["start_path"]["first call"] for m in router
+              if m["start_path"].get("first call") is not None]
+    if firsts:
+        target = "first-call-warm" if args.warm_airflow else "first-call-cold"
+        print(f"wrote {record(target, firsts, command, directory=directory)}")
 
 
 def _command() -> str:
@@ -108,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_as_interrupt():
             if args.analyse is None:
                 run_all(args, out)
-            analyse_dir(out, docs=args.docs)
+            results = analyse_dir(out, docs=args.docs)
+            if args.baseline:
+                record_baselines(args, results, out)
     except KeyboardInterrupt as err:  # Ctrl-C: 130, SIGTERM: 143
         return interrupted(err, "every stack was stopped")
     return 0

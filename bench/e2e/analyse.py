@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.e2e import bottlenecks
+from bench.e2e import bottlenecks, start_path
 from bench.e2e.bound import PhasedBound, halved, phased_bound, release_bound
 from bench.e2e.metrics import (
     first_arrival_s,
@@ -141,13 +141,21 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
     k = round(raw["window_s"] / float(timeline["bucket_s"]))
     worker = ("solve_batch",) if raw["design"] == "as-is" else ("lead", "solve")
     runs = bottlenecks.restarts(raw["airflow"], timeline, reset, worker)
+    exact_first = stats.get("first_arrival_s")
+    path = start_path.steps(raw, first_call if exact_first is None else float(exact_first))
+    end = last_answer if finished else raw["ended_s"]
+    run_start = _run_start_s(raw)
+    claims = [c["at"] - reset for c in raw.get("claims", [])]
     out: dict[str, Any] = {
         "workload": raw["workload"], "design": raw["design"], "tasks": raw["tasks"],
         "solved": len(solved), "finished": finished, "outcome": raw["outcome"],
         "window_s": raw["window_s"], "time_scale": raw["time_scale"],
         "first_call_s": first_call, "trigger_s": trigger, "last_answer_s": last_answer,
-        "makespan_s": elapsed, "end_to_end_s": (last_answer if finished else raw["ended_s"])
-        - trigger,
+        "makespan_s": elapsed, "end_to_end_s": end - trigger,
+        # the product path: from the DAG run's start, and from the first claim
+        "start_path": path,
+        "from_run_start_s": None if run_start is None else end - run_start,
+        "from_first_claim_s": end - min(claims) if claims else None,
         "throughput_per_s": throughput,
         "of_bound": throughput / bound_throughput,
         "extrapolated_makespan_s": None if finished or not throughput
@@ -182,6 +190,12 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
             "needed": sum(c.rate * c.mean_latency_s for c in capacity.values()),
             "peak_at_backend": sum(s["peak_concurrency"] for s in stats["models"].values())}
     return out
+
+
+def _run_start_s(raw: Mapping[str, Any]) -> float | None:
+    """The first DAG run's start (its ``queued_at``) on the simulator's clock."""
+    queued = [r["queued"] for r in raw["airflow"]["runs"] if r["queued"] is not None]
+    return min(queued) - raw["reset_epoch"] if queued else None
 
 
 def read_raw(path: Path) -> dict[str, Any]:

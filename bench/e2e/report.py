@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BENCHMARKS_MD
+from bench.e2e import start_path
 
 __all__ = ["replace_section", "summary_table", "write_docs"]
 
@@ -83,7 +84,26 @@ def _markdown(header: list[str], rows: Iterable[list[str]]) -> str:
 
 
 def summary_table(results: Sequence[Mapping[str, Any]]) -> str:
-    return _markdown(HEADER, (_row(m) for m in results))
+    """The runs' figures, then the product path: each run timed from the DAG run's start
+    and from the first claim, and its start path step by step."""
+    return (_markdown(HEADER, (_row(m) for m in results)) + "\n\n"
+            + _markdown(PATH_HEADER, (_path_row(m) for m in results)))
+
+
+#: The start path's steps as columns, each in seconds after the DAG run's start.
+PATH_HEADER = ["workload", "design", "from the DAG run's start s", "from the first claim s",
+               "from the first call s", *(f"{step} s" for step in start_path.STEPS),
+               "load average (1 min)"]
+
+
+def _path_row(m: Mapping[str, Any]) -> list[str]:
+    cut = "" if m["finished"] else " (cut)"
+    steps = m.get("start_path") or {}
+    load = m.get("load_average")
+    return [m["workload"], m["design"], _f(m.get("from_run_start_s")) + cut,
+            _f(m.get("from_first_claim_s")) + cut, _f(m["makespan_s"]) + cut,
+            *(_f(steps.get(step), "{:.2f}") for step in start_path.STEPS),
+            _f(load[0], "{:.2f}") if load else "—"]
 
 
 def _find(results: Sequence[Mapping[str, Any]], workload: str, design: str

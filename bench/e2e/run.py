@@ -22,14 +22,14 @@ from typing import Any
 import httpx
 
 from bench.common import warm_up as bench_warm_up
-from bench.e2e import collect
+from bench.e2e import collect, start_path
 from bench.e2e.services import Services, start_services
 from bench.e2e.workloads import Workload
 from llm_router_devkit.demo.fluid_bound import capacities
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.seed import seed_store
 from llm_router_devkit.simulator import SimulatorProfile
-from llm_router_devkit.stack import PgServer
+from llm_router_devkit.stack import PgServer, wait_for
 
 __all__ = ["DESIGNS", "RunOptions", "run_one"]
 
@@ -53,6 +53,9 @@ class RunOptions:
     #: before a router run, one real call per model through the router (then a window's
     #: wait): the namespace starts with learned estimates, as a deployment's does
     warm: bool = False
+    #: before the run, one run of the DAG on an empty store (Airflow has started tasks
+    #: before, as a deployment's has: its API server answers its first task starts late)
+    warm_airflow: bool = False
     #: extra parameters of the router's drain DAG run (e.g. fan_out, max_in_flight)
     router_params: tuple[tuple[str, int], ...] = ()
 
@@ -238,6 +241,42 @@ def warm_up(svc: Services, workload: Workload) -> None:
     say(f"warmed up: one call per model ({time.monotonic() - started:.1f} s with a window)")
 
 
+#: The run ids of :func:`warm_airflow`'s runs begin with this.
+WARM_UP_RUN = "warmup_"
+
+
+def warm_airflow(stack: ExitStack, svc: Services, dag_id: str, timeout_s: float = 600.0
+                 ) -> None:
+    """One run of ``dag_id`` on an empty store schema of its own, to its end: the API
+    server, the executor's workers and the scheduler have started tasks before the
+    measured run. The drain finds nothing to do; its schema is dropped afterwards."""
+    schema = f"{svc.schema}_warm"
+    stack.callback(PgServer.from_dsn(svc.dsn).drop_schema, schema)
+    started = time.monotonic()
+    svc.stack.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
+    run_id = f"{WARM_UP_RUN}{uuid.uuid4().hex[:6]}"
+    svc.stack.api("POST", f"/dags/{dag_id}/dagRuns", json={
+        "dag_run_id": run_id, "logical_date": None,
+        "conf": {"store_schema": schema, "linger_s": 0}}).raise_for_status()
+
+    def ended() -> bool:
+        svc.stack.alive()
+        try:
+            doc = svc.stack.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json()
+        except httpx.TimeoutException:
+            return False
+        return doc.get("state") in ("success", "failed")
+
+    wait_for("the warm-up run to end", ended, timeout_s, 1.0)
+    say(f"Airflow warmed up: a run on an empty store took {time.monotonic() - started:.1f} s")
+
+
+def _measured(airflow: dict[str, Any]) -> dict[str, Any]:
+    """Airflow's records without the warm-up run's."""
+    return {name: [r for r in rows if not r["run_id"].startswith(WARM_UP_RUN)]
+            for name, rows in airflow.items()}
+
+
 def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]:
     """Run ``workload`` through ``design`` on a fresh stack; the raw record of the run."""
     profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed)
@@ -251,7 +290,10 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
             f"window {profile.scaled_window_s:g} s)")
         if opts.warm and design == "router":
             warm_up(svc, workload)
+        if opts.warm_airflow and design == "router":
+            warm_airflow(stack, svc, dag_id)
         seed_store(svc.store, workload.initial)
+        start_path.install_claim_log(opts.postgres_dsn, svc.schema)
         svc.stack.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
         with httpx.Client(base_url=svc.sim.url, timeout=10) as http:
             http.post("/stats/reset").raise_for_status()
@@ -263,8 +305,9 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         ended = watch.now()
         backend = collect.backend_records(svc.sim.url, profile)
         rows = collect.store_rows(opts.postgres_dsn, svc.schema, profile)
+        claims = start_path.read_claim_log(opts.postgres_dsn, svc.schema)
         meta_dsn = PgServer.from_dsn(opts.postgres_dsn).dsn(f"llmr_bench_{svc.suffix}")
-        airflow = collect.airflow_records(meta_dsn, dag_id)
+        airflow = _measured(collect.airflow_records(meta_dsn, dag_id))
         report = svc.stack.stop()
         say(f"stack stopped in {report.term_s:.1f} s"
             + (f"; SIGKILLed {len(report.killed)}" if report.killed else ""))
@@ -274,8 +317,9 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         "window_s": profile.scaled_window_s, "tasks": workload.size,
         "outcome": outcome, "deadline_s": opts.deadline_s[design],
         "warm": opts.warm and design == "router",
+        "warm_airflow": opts.warm_airflow and design == "router",
         "router_params": dict(opts.router_params) if design == "router" else {},
         "started_epoch": started, "reset_epoch": watch.reset_epoch, "ended_s": ended,
         "events": watch.events, "provenance": _provenance(),
-        "backend": backend, "rows": rows, "airflow": airflow,
+        "backend": backend, "rows": rows, "airflow": airflow, "claims": claims,
     }

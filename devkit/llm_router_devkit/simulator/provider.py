@@ -261,9 +261,12 @@ class SimulatedBackend:
             for key in _TOTALS:
                 totals[key] = totals.get(key, 0) + entry[key]
             totals["violations"] = totals.get("violations", 0) + entry["violations"]["total"]
+        arrivals = [c.times[0] for c in self.counters.values() if c.times]
         return {
             "uptime_s": now - self.started_at,
             "since_reset_s": now - self.epoch,
+            # the first call's arrival, seconds after the reset (None: no call yet)
+            "first_arrival_s": min(arrivals) if arrivals else None,
             "time_scale": self.profile.time_scale,
             "window_s": self.profile.window_s,
             "scaled_window_s": self.profile.scaled_window_s,

@@ -74,6 +74,20 @@ def test_timeline_buckets_arrivals() -> None:
         backend.timeline(1e-9)
 
 
+def test_stats_give_the_first_calls_exact_arrival_since_the_reset() -> None:
+    backend, clock = make_backend(models=[
+        {"name": "m", "median_s": 1.0, "rpm": 2, "tpm": 100_000},
+        {"name": "n", "median_s": 1.0, "rpm": 2, "tpm": 100_000}])
+    assert backend.stats()["first_arrival_s"] is None
+    clock.now += 0.37
+    backend.admit("n", "a")
+    clock.now += 0.2
+    backend.admit("m", "b")
+    assert backend.stats()["first_arrival_s"] == pytest.approx(0.37)
+    backend.reset()
+    assert backend.stats()["first_arrival_s"] is None
+
+
 def test_set_limits_keeps_omitted_fields_and_validates() -> None:
     backend, _ = make_backend()
     assert backend.set_limits("m", {"rpm": 5}).model_dump() == {
