@@ -5,19 +5,34 @@
 -- catch-up burst. Tags are cached in FAIR for the call and written back once.
 local FAIR = nil
 
-local function fair_load()
+-- `names`: the models the call asks about first. A short list reads their tags alone
+-- (HMGET), so a request for a few models costs the same however many the namespace has;
+-- otherwise every tag is read at once. A tag not read yet is read when first asked.
+local function fair_load(names)
   if FAIR then return FAIR end
   -- n: admissions charged in this call (finish_order's sort holds until the next one)
   FAIR = {tags = {}, changed = {}, n = 0}
-  local raw = redis.call('HGETALL', K_FAIR)
-  for k = 1, #raw, 2 do FAIR.tags[raw[k]] = tonumber(raw[k + 1]) end
-  FAIR.v = FAIR.tags['_V'] or 0
+  local tags = FAIR.tags
+  if names and #names <= 64 then
+    local got = redis.call('HMGET', K_FAIR, '_V', unpack(names))
+    FAIR.v = tonumber(got[1]) or 0
+    for k, m in ipairs(names) do tags[m] = tonumber(got[k + 1]) or false end
+    setmetatable(tags, {__index = function(t, m)
+      local v = tonumber(redis.call('HGET', K_FAIR, m)) or false
+      rawset(t, m, v)
+      return v
+    end})
+  else
+    local raw = redis.call('HGETALL', K_FAIR)
+    for k = 1, #raw, 2 do tags[raw[k]] = tonumber(raw[k + 1]) end
+    FAIR.v = tags['_V'] or 0
+  end
   return FAIR
 end
 
 -- Take the model with the smallest start tag out of `pool` (ties by name).
 local function next_fair(pool)
-  local f = fair_load()
+  local f = fair_load(pool)
   local bi, bs = nil, nil
   for i, m in ipairs(pool) do
     local s = math.max(f.tags[m] or 0, f.v)
@@ -30,7 +45,7 @@ local function next_fair(pool)
 end
 
 local function fair_charge(m, weight)
-  local f = fair_load()
+  local f = fair_load({m})
   local start = math.max(f.tags[m] or 0, f.v)
   f.v = start
   f.tags[m] = start + 1 / weight

@@ -242,7 +242,7 @@ function finish_order(names, hedge)
   local t = finish_tiers(names, hedge)
   if not t then return nil end
   local lat, group = t.lat, t.group
-  local f = fair_load()
+  local f = fair_load(names)
   if t.sorted_at ~= f.n then
     local order = {}
     for k, m in ipairs(names) do order[k] = m end

@@ -73,25 +73,40 @@ local function trim(m, win_ms, guard_ms)
   redis.call('HINCRBY', K_WTOK(m), '_o', int(-dout))
 end
 
--- Every quota (decoded when first used) and learned output estimate, read with one
--- HGETALL each per script call: choosing a model then costs no call per model.
-local QUOTA, EST, NAMES, RECOVER_AT = nil, nil, nil, nil
-local function read_quotas()
-  QUOTA, EST, NAMES = {}, {}, {}
-  RECOVER_AT = tonumber(redis.call('GET', K_RECOVER))
-  local raw = redis.call('HGETALL', K_QUOTAS)
-  for k = 1, #raw, 2 do
-    QUOTA[raw[k]] = raw[k + 1]
-    NAMES[#NAMES + 1] = raw[k]
-  end
-  raw = redis.call('HGETALL', K_EST)
-  for k = 1, #raw, 2 do EST[raw[k]] = tonumber(raw[k + 1]) end
+-- Quotas (decoded when first used) and learned estimates, read per model as a call needs
+-- them, so an admission on a list of models costs the same however many models the
+-- namespace has: a model's quota with one HGET, its estimates with one HMGET (all the
+-- fields of K_EST an admission reads, fetched on the first one asked: EST's metatable).
+-- Only a call that needs every model's name (any model may be chosen) reads every quota,
+-- with one HGETALL, and still decodes only those it tries.
+local QUOTA, EST, NAMES = {}, {}, nil
+local RECOVER_AT = tonumber(redis.call('GET', K_RECOVER))
+do
+  -- the fields of K_EST kept per model ('<model>' itself is its output estimate)
+  local FIELDS = {'', '|lat', '|latd', '|xs', '|xm', '|xmt', '|ot'}
+  setmetatable(EST, {__index = function(t, key)
+    local m = string.match(key, '^[^|]*')
+    local fields = {}
+    for k, f in ipairs(FIELDS) do fields[k] = m .. f end
+    local got = redis.call('HMGET', K_EST, unpack(fields))
+    for k, f in ipairs(fields) do rawset(t, f, tonumber(got[k]) or false) end
+    local v = rawget(t, key)
+    if v == nil then  -- a field not kept per model: read alone
+      v = tonumber(redis.call('HGET', K_EST, key)) or false
+      rawset(t, key, v)
+    end
+    return v
+  end})
 end
 
 -- The quota and output estimate of a model, {m, q, est}, or false without a quota.
 local function model_view(m)
-  if not QUOTA then read_quotas() end
   local v = QUOTA[m]
+  if v == nil then
+    if NAMES then return false end  -- every quota was read: none for m
+    v = redis.call('HGET', K_QUOTAS, m) or false
+    QUOTA[m] = v
+  end
   if not v then return false end
   if type(v) == 'string' then
     local q = cjson.decode(v)
@@ -105,7 +120,17 @@ local function model_view(m)
 end
 
 local function model_names()
-  if not NAMES then read_quotas() end
+  if NAMES then return NAMES end
+  NAMES = {}
+  local raw = redis.call('HGETALL', K_QUOTAS)
+  for k = 1, #raw, 2 do
+    local m = raw[k]
+    NAMES[#NAMES + 1] = m
+    if not QUOTA[m] then QUOTA[m] = raw[k + 1] end  -- a view decoded already is kept
+  end
+  for m, v in pairs(QUOTA) do
+    if not v then QUOTA[m] = nil end  -- HGETALL is the whole truth now
+  end
   return NAMES
 end
 
