@@ -1,0 +1,197 @@
+"""How an admission's cost grows with the number of models: a curve, not a point.
+
+    python -m bench.scale [--models 10 100 1000] [--lists 1 10 50] [--calls 300] [--plot]
+
+On a private ``redis-server`` (other users of a shared one would count), one sync caller,
+quotas far above what the run uses (every request is admitted, so the cost measured is the
+choice and the reservation). For each number of models and each shape of request (any
+model; an allowed list of 1 to 50 models, shared by weight), single ``admit`` and
+``admit_many(64)``: the client's latency per call (p50, p99) and the Redis time per
+admission (``INFO commandstats``: EVALSHA's microseconds over the admissions it made), and
+the ``redis.call()`` commands the script ran per admission. Admissions and their
+completions alternate in blocks; only the admissions' blocks are measured.
+
+Raw figures go to ``bench/out/scale.json``; a table is printed; ``--plot`` also draws
+``bench/out/scale.png`` when matplotlib is installed. A machine shared with other work
+inflates every figure alike: compare within one run (the ratio column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from airflow_llm_router.engine.client import RouterClient
+from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from bench.common import interruptible
+from llm_router_devkit.redis_tools import PrivateRedis
+
+OUT = Path(__file__).resolve().parent / "out"
+BATCH = 64
+TOKENS = 100
+HUGE = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 10**6, "window_s": 60}
+#: commands the server counts that are the script call itself, not what it ran
+_OUTER = {"evalsha", "eval", "script|load", "script", "info", "hkeys", "ping", "client|setinfo"}
+
+
+@dataclass
+class Point:
+    models: int
+    allowed: int  # 0: any model
+    batch: int
+    calls: int
+    p50_ms: float  # client latency per call
+    p99_ms: float
+    redis_us: float  # Redis time per admission (EVALSHA usec / admissions)
+    commands: float  # redis.call() commands per admission
+
+
+def commandstats(r: redis.Redis) -> dict[str, tuple[int, int]]:
+    """Per command: (calls, usec)."""
+    out = {}
+    for name, v in r.info("commandstats").items():
+        out[name.removeprefix("cmdstat_")] = (int(v["calls"]), int(v["usec"]))
+    return out
+
+
+def _requests(allowed: Sequence[str] | None, n: int) -> list[AdmitRequest]:
+    models = tuple(allowed) if allowed else None
+    return [AdmitRequest(TOKENS, models=models, ordered=False) for _ in range(n)]
+
+
+def measure(client: RouterClient, r: redis.Redis, models: int, allowed: int, batch: int,
+            calls: int) -> Point:
+    names = [f"m{k}" for k in range(models)]
+    chosen = names[:allowed] if allowed else None
+    lat: list[float] = []
+    ops, usec, admissions = 0, 0, 0
+    blocks = max(1, calls // 50)
+    per_block = max(1, calls // blocks)
+    for _ in range(blocks):
+        got: list[Any] = []
+        a = commandstats(r)
+        for _ in range(per_block):
+            t0 = time.perf_counter()
+            got += client.admit_many(_requests(chosen, batch))
+            lat.append(time.perf_counter() - t0)
+        b = commandstats(r)
+        admissions += per_block * batch
+        usec += b["evalsha"][1] - a["evalsha"][1]
+        for name, (n, _) in b.items():
+            if name not in _OUTER:
+                ops += n - a.get(name, (0, 0))[0]
+        done = [Completion(d.lease_id, 50, 50) for d in got if isinstance(d, Admission)]
+        client.complete_many(done)
+    lat.sort()
+    return Point(models, allowed, batch, len(lat), 1000 * statistics.median(lat),
+                 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+                 usec / admissions, ops / admissions)
+
+
+def curve(url: str, model_counts: Sequence[int], lists: Sequence[int], calls: int
+          ) -> list[Point]:
+    points = []
+    r = redis.Redis.from_url(url)
+    for models in model_counts:
+        r.flushall()  # the private server: nothing of anyone else's
+        client = RouterClient.from_url(url, RouterSettings(namespace="scale"))
+        for k in range(models):
+            client.set_quota(f"m{k}", HUGE)
+        for allowed in [0, *[n for n in lists if n <= models]]:
+            for batch in (1, BATCH):
+                n = calls if batch == 1 else max(4, calls // 16)
+                measure(client, r, models, allowed, batch, max(2, n // 10))  # warm-up
+                p = measure(client, r, models, allowed, batch, n)
+                points.append(p)
+                print(_row(p, points), flush=True)
+        client.close()
+    r.close()
+    return points
+
+
+def _base(p: Point, points: Sequence[Point]) -> Point | None:
+    for q in points:
+        if q.allowed == p.allowed and q.batch == p.batch:
+            return q
+    return None
+
+
+def _row(p: Point, points: Sequence[Point]) -> str:
+    base = _base(p, points)
+    ratio = p.redis_us / base.redis_us if base and base.redis_us else float("nan")
+    shape = "any" if p.allowed == 0 else f"list {p.allowed}"
+    return (f"{p.models:>6} {shape:>8} {p.batch:>5} {p.p50_ms:>9.2f} {p.p99_ms:>9.2f} "
+            f"{p.redis_us:>10.1f} {ratio:>6.2f}x {p.commands:>8.1f}")
+
+
+HEADER = (f"{'models':>6} {'request':>8} {'batch':>5} {'p50 ms':>9} {'p99 ms':>9} "
+          f"{'Redis µs':>10} {'ratio':>7} {'cmds':>8}\n"
+          "(latency per call; Redis µs and cmds per admission; ratio: Redis µs against the "
+          "fewest models)")
+
+
+def plot(points: Sequence[Point], path: Path) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    shapes = sorted({(p.allowed, p.batch) for p in points})
+    for allowed, batch in shapes:
+        xs = [p for p in points if p.allowed == allowed and p.batch == batch]
+        label = ("any model" if allowed == 0 else f"list of {allowed}") + \
+            (" single" if batch == 1 else f" batch {batch}")
+        ax.plot([p.models for p in xs], [p.redis_us for p in xs], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("models with a quota")
+    ax.set_ylabel("Redis µs per admission")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.scale",
+                                description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--models", nargs="+", type=int, default=[10, 100, 1000])
+    p.add_argument("--lists", nargs="+", type=int, default=[1, 10, 50],
+                   help="sizes of allowed lists to measure besides any-model")
+    p.add_argument("--calls", type=int, default=300, help="single admissions per point "
+                   "(batches: a sixteenth)")
+    p.add_argument("--plot", action="store_true", help="draw bench/out/scale.png")
+    p.add_argument("--out", type=Path, default=OUT / "scale.json")
+    args = p.parse_args(argv)
+    server = PrivateRedis()
+    server.start()
+    try:
+        print(HEADER)
+        points = curve(server.url, args.models, args.lists, args.calls)
+    finally:
+        server.close()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    args.out.write_text(json.dumps({"load_average": load,
+                                    "points": [asdict(x) for x in points]}, indent=1))
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; raw: {args.out}")
+    if args.plot:
+        png = args.out.with_suffix(".png")
+        print(f"plot: {png}" if plot(points, png) else "plot: matplotlib not installed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(interruptible(main))
