@@ -31,7 +31,7 @@ for _, m in ipairs(names) do
     local vals = redis.call('HMGET', K_STATS, unpack(fields))
     local counters = {}
     for k, c in ipairs(COUNTERS) do counters[c] = tonumber(vals[k]) or 0 end
-    local lat = EST[m .. '|lat']
+    local lat = EST[m .. '|lat'] or nil  -- false: none learned (lib/model_state.lua)
     if not lat and st.q.lat then lat = st.q.lat * 1000 end
     local state = 'closed'
     if st.open > NOW then state = 'open' elseif st.open > 0 then state = 'half_open' end
