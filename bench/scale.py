@@ -32,7 +32,8 @@ import redis
 
 from airflow_llm_router.engine.client import RouterClient
 from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
+from airflow_llm_router.engine.types import Admission, AdmitRequest
+from bench.budget_cost import client_with
 from bench.common import interruptible
 from llm_router_devkit.redis_tools import PrivateRedis
 
@@ -98,13 +99,13 @@ def measure(client: RouterClient, r: redis.Redis, models: int, allowed: int, bat
                  usec / admissions, ops / admissions)
 
 
-def curve(url: str, model_counts: Sequence[int], lists: Sequence[int], calls: int
-          ) -> list[Point]:
+def curve(url: str, model_counts: Sequence[int], lists: Sequence[int], calls: int,
+          ref: str | None = None) -> list[Point]:
     points = []
     r = redis.Redis.from_url(url)
     for models in model_counts:
         r.flushall()  # the private server: nothing of anyone else's
-        client = RouterClient.from_url(url, RouterSettings(namespace="scale"))
+        client = client_with(url, ref)
         for k in range(models):
             client.set_quota(f"m{k}", HUGE)
         for allowed in [0, *[n for n in lists if n <= models]]:
@@ -174,17 +175,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(batches: a sixteenth)")
     p.add_argument("--plot", action="store_true", help="draw bench/out/scale.png")
     p.add_argument("--out", type=Path, default=OUT / "scale.json")
+    p.add_argument("--ref", help="measure the engine's Lua at this git ref (e.g. main) instead "
+                   "of the working tree's")
     args = p.parse_args(argv)
     server = PrivateRedis()
     server.start()
     try:
         print(HEADER)
-        points = curve(server.url, args.models, args.lists, args.calls)
+        points = curve(server.url, args.models, args.lists, args.calls, args.ref)
     finally:
         server.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
-    args.out.write_text(json.dumps({"load_average": load,
+    args.out.write_text(json.dumps({"load_average": load, "ref": args.ref,
                                     "points": [asdict(x) for x in points]}, indent=1))
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; raw: {args.out}")
     if args.plot:

@@ -77,8 +77,8 @@ end
 -- them, so an admission on a list of models costs the same however many models the
 -- namespace has: a model's quota with one HGET, its estimates with one HMGET (all the
 -- fields of K_EST an admission reads, fetched on the first one asked: EST's metatable).
--- Only a call that needs every model's name (any model may be chosen) reads every quota,
--- with one HGETALL, and still decodes only those it tries.
+-- Only a call that needs every model's name (any model may be chosen) reads every quota
+-- and estimate, with one HGETALL each, and still decodes only the quotas it uses.
 local QUOTA, EST, NAMES = {}, {}, nil
 local RECOVER_AT = tonumber(redis.call('GET', K_RECOVER))
 do
@@ -130,6 +130,13 @@ local function model_names()
   end
   for m, v in pairs(QUOTA) do
     if not v then QUOTA[m] = nil end  -- HGETALL is the whole truth now
+  end
+  -- a call that may choose any model reads most models' estimates (finish-time choice):
+  -- one HGETALL, not an HMGET per model
+  setmetatable(EST, nil)
+  raw = redis.call('HGETALL', K_EST)
+  for k = 1, #raw, 2 do
+    if rawget(EST, raw[k]) == nil then EST[raw[k]] = tonumber(raw[k + 1]) end
   end
   return NAMES
 end
