@@ -99,6 +99,15 @@ def measure(client: RouterClient, r: redis.Redis, models: int, allowed: int, bat
                  usec / admissions, ops / admissions)
 
 
+def learn(client: RouterClient, models: int) -> None:
+    """One call on each model, so every model has learned estimates (its latency, its
+    output), as after a run: an any-model request then weighs every model (finish-time
+    choice), as in steady state, not the fair share alone."""
+    got = client.admit_many([AdmitRequest(TOKENS, models=(f"m{k}",)) for k in range(models)])
+    client.complete_many([Completion(d.lease_id, 50, 50) for d in got
+                          if isinstance(d, Admission)])
+
+
 def curve(url: str, model_counts: Sequence[int], lists: Sequence[int], calls: int,
           ref: str | None = None) -> list[Point]:
     points = []
@@ -108,6 +117,7 @@ def curve(url: str, model_counts: Sequence[int], lists: Sequence[int], calls: in
         client = client_with(url, ref)
         for k in range(models):
             client.set_quota(f"m{k}", HUGE)
+        learn(client, models)
         for allowed in [0, *[n for n in lists if n <= models]]:
             for batch in (1, BATCH):
                 n = calls if batch == 1 else max(4, calls // 16)

@@ -26,18 +26,22 @@ local FINISH_SPREAD = 5
 local SPREAD_FLOOR = 0.5
 
 -- A model's mean latency plus `spread` mean deviations, and its mean (ms), or nil when
--- nothing is known of it.
-local function latency_at(view, spread)
-  local mean = EST[view.m .. '|lat']
-  if not mean and view.q.lat then mean = view.q.lat * 1000 end
+-- nothing is known of it (m has a quota). The quota is decoded only for its prior, when
+-- nothing was learned: an any-model request weighs every model's latency.
+local function latency_at(m, spread)
+  local mean = EST[m .. '|lat']
+  if not mean then
+    local q = model_view(m).q
+    if q.lat then mean = q.lat * 1000 end
+  end
   if not mean then return nil end
-  local dev = math.max(EST[view.m .. '|latd'] or 0, SPREAD_FLOOR * mean)
+  local dev = math.max(EST[m .. '|latd'] or 0, SPREAD_FLOOR * mean)
   return mean + spread * dev, mean
 end
 
 -- A model's likely and mean latency (ms), or nil when nothing is known of it.
-local function likely_latency(view)
-  return latency_at(view, FINISH_SPREAD)
+local function likely_latency(m)
+  return latency_at(m, FINISH_SPREAD)
 end
 
 -- When a call on a model is late (ms after its admission, or -1 when nothing is known of
@@ -53,13 +57,13 @@ end
 -- (python -m bench.direct; docs/engine.md, "Finish-time choice").
 local HEDGE_SPREAD = 1
 -- A model's late point (ms), or nil when nothing is known of its latency.
-local function late_point(view)
-  return latency_at(view, HEDGE_SPREAD)
+local function late_point(m)
+  return latency_at(m, HEDGE_SPREAD)
 end
 
 function late_after(m)
   local view = model_view(m)
-  local late = view and late_point(view)
+  local late = view and late_point(m)
   return late and int(late) or -1
 end
 
@@ -188,7 +192,7 @@ local function hedged_latency(lat, order)
   end
   local out = {}
   for _, m in ipairs(order) do
-    out[m] = math.min(lat[m], late_point(model_view(m)) + fast)
+    out[m] = math.min(lat[m], late_point(m) + fast)
   end
   return out
 end
@@ -207,9 +211,8 @@ local function finish_tiers(names, hedge)
   if #names >= 2 then
     local lat, mean, order = {}, {}, {}
     for k, m in ipairs(names) do
-      local view = model_view(m)
       local l, u = nil, nil
-      if view then l, u = likely_latency(view) end
+      if model_known(m) then l, u = likely_latency(m) end
       if not l then order = nil break end
       lat[m], mean[m], order[k] = l, u, m
     end

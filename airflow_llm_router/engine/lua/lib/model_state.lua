@@ -77,8 +77,8 @@ end
 -- them, so an admission on a list of models costs the same however many models the
 -- namespace has: a model's quota with one HGET, its estimates with one HMGET (all the
 -- fields of K_EST an admission reads, fetched on the first one asked: EST's metatable).
--- Only a call that needs every model's name (any model may be chosen) reads every quota
--- and estimate, with one HGETALL each, and still decodes only the quotas it uses.
+-- A call that needs every model's name (any model may be chosen) reads the names alone
+-- and each model's learned latency (model_names).
 local QUOTA, EST, NAMES = {}, {}, nil
 local RECOVER_AT = tonumber(redis.call('GET', K_RECOVER))
 do
@@ -102,8 +102,8 @@ end
 -- The quota and output estimate of a model, {m, q, est}, or false without a quota.
 local function model_view(m)
   local v = QUOTA[m]
-  if v == nil then
-    if NAMES then return false end  -- every quota was read: none for m
+  if v == nil and NAMES then return false end  -- every name was read: none for m
+  if v == nil or v == 0 then  -- 0: named by model_names(), not read yet
     v = redis.call('HGET', K_QUOTAS, m) or false
     QUOTA[m] = v
   end
@@ -119,24 +119,36 @@ local function model_view(m)
   return v
 end
 
+-- Whether a model has a quota, without reading or decoding it.
+local function model_known(m)
+  if QUOTA[m] == nil then return model_view(m) and true or false end
+  return QUOTA[m] and true or false
+end
+
+-- Every model with a quota (one HKEYS). A call that may choose any model weighs every
+-- model's learned latency (finish-time choice): those two fields of each are read with
+-- HMGETs of up to 1,000 fields, the rest of a model's estimates and its quota when used.
 local function model_names()
   if NAMES then return NAMES end
-  NAMES = {}
-  local raw = redis.call('HGETALL', K_QUOTAS)
-  for k = 1, #raw, 2 do
-    local m = raw[k]
-    NAMES[#NAMES + 1] = m
-    if not QUOTA[m] then QUOTA[m] = raw[k + 1] end  -- a view decoded already is kept
+  NAMES = redis.call('HKEYS', K_QUOTAS)
+  local known = {}
+  for _, m in ipairs(NAMES) do
+    known[m] = true
+    if QUOTA[m] == nil then QUOTA[m] = 0 end
   end
-  for m, v in pairs(QUOTA) do
-    if not v then QUOTA[m] = nil end  -- HGETALL is the whole truth now
+  for m in pairs(QUOTA) do
+    if not known[m] then QUOTA[m] = nil end  -- HKEYS is the whole truth now
   end
-  -- a call that may choose any model reads most models' estimates (finish-time choice):
-  -- one HGETALL, not an HMGET per model
-  setmetatable(EST, nil)
-  raw = redis.call('HGETALL', K_EST)
-  for k = 1, #raw, 2 do
-    if rawget(EST, raw[k]) == nil then EST[raw[k]] = tonumber(raw[k + 1]) end
+  local fields = {}
+  for k, m in ipairs(NAMES) do
+    if rawget(EST, m .. '|lat') == nil then
+      fields[#fields + 1], fields[#fields + 2] = m .. '|lat', m .. '|latd'
+    end
+    if #fields >= 1000 or (k == #NAMES and #fields > 0) then
+      local got = redis.call('HMGET', K_EST, unpack(fields))
+      for j, f in ipairs(fields) do rawset(EST, f, tonumber(got[j]) or false) end
+      fields = {}
+    end
   end
   return NAMES
 end
