@@ -30,9 +30,7 @@ from typing import Any
 
 import redis
 
-from airflow_llm_router.engine.client import RouterClient
-from airflow_llm_router.engine.core import Completion
-from airflow_llm_router.engine.types import Admission, AdmitRequest
+from airflow_llm_router.engine import Admission, AdmitRequest, Completion, RouterClient
 from bench.budget_cost import client_with
 from bench.common import interruptible
 from llm_router_devkit.redis_tools import PrivateRedis

@@ -11,8 +11,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from airflow_llm_router.engine import Admission, AdmitRequest, RouterClient, RouterSettings
-from airflow_llm_router.engine.core import Completion
+from airflow_llm_router.engine import (
+    Admission,
+    AdmitRequest,
+    Completion,
+    RouterClient,
+    RouterSettings,
+)
 from llm_router_devkit.redis_tools import PrivateRedis
 
 HUGE = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 10**6, "window_s": 60}
