@@ -510,3 +510,16 @@ def test_at_1280x800_every_control_is_on_screen_and_budgets_show_badges(
         (By.CSS_SELECTOR, "#add-model input[name='rpm']")))
     viewport_shot(browser, None, screenshot_path(tmp_path, "quota_ui_1280.png"), dark=False)
     assert controls_outside(browser) == []
+
+
+def test_the_api_docs_render_from_the_package_alone(ui: QuotaUiStack, browser: WebDriver) -> None:
+    log_in(browser, ui, "viewer")
+    browser.get(ui.url + "/docs")
+    wait(browser, "the operations listed", lambda d: len(d.find_elements(
+        By.CSS_SELECTOR, ".swagger-ui .opblock")) >= 10)
+    assert browser.find_element(By.CSS_SELECTOR, ".swagger-ui .servers").text.strip() \
+        .startswith("/llm-router")
+    # every file it loaded came from the API server: it needs no CDN, works offline
+    loaded = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name);")
+    assert loaded and all(url.startswith(ui.stack.api_url) for url in loaded), loaded
