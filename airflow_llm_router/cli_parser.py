@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import NoReturn
 
-__all__ = ["CliParser", "logs_to_stderr"]
+__all__ = ["CliParser", "logs_to_stderr", "read_connections_as_airflow"]
 
 
 class CliParser(argparse.ArgumentParser):
@@ -27,3 +28,12 @@ def logs_to_stderr() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)
+
+
+def read_connections_as_airflow() -> None:
+    """Read connections as Airflow's own commands do (``airflow connections ...``, the API
+    server): from the secrets backends configured, ``AIRFLOW_CONN_*`` and the metadata
+    database. Outside a task the SDK reads only ``AIRFLOW_CONN_*`` and the configured
+    backends unless the process says it is a server one; a command does, before it reads a
+    connection. A value already set (e.g. by Airflow itself) is kept."""
+    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")

@@ -277,3 +277,34 @@ def test_the_command_logs_to_stderr_and_prints_to_stdout(
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines() == [f"0 change(s); 2 model(s) in {path}"], second.stdout
     assert "had lost 2 stored value(s)" in second.stderr, second.stderr
+
+
+@pytest.mark.timeout(300)
+def test_the_command_reads_connections_added_to_the_metadata_database(
+        tmp_path: Path, namespace: str, pg_dsn: str, pg_schema: str) -> None:
+    # no AIRFLOW_CONN_*: the connections live in Airflow's metadata database, added as the
+    # docs say (airflow connections add), and the command finds them there
+    home = tmp_path / "airflow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+                "AIRFLOW__LLM_ROUTER__QUOTA_SCHEMA": pg_schema})
+    airflow = str(Path(sys.executable).parent / "airflow")
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env)
+        assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
+        return done
+
+    run(airflow, "db", "migrate")
+    run(airflow, "connections", "add", "llm_router_default", "--conn-json", json.dumps(
+        {"conn_type": "llm_router", "host": "127.0.0.1", "port": 6379,
+         "extra": {"namespace": namespace}}))
+    run(airflow, "connections", "add", "postgres_default", "--conn-uri", pg_dsn)
+    path = tmp_path / "quotas.yaml"
+    path.write_text(YAML)
+    llm_router = str(Path(sys.executable).parent / "llm-router")
+    loaded = run(llm_router, "quotas", "load", str(path))
+    assert loaded.stdout.splitlines()[-1] == f"2 change(s); 2 model(s) in {path}"
+    listed = json.loads(run(llm_router, "quotas", "list").stdout)
+    assert sorted(listed) == ["gpt-small", "openai/gpt-4o"]
