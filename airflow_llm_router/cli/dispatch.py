@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from airflow_llm_router.cli_parser import CliParser
+from airflow_llm_router.cli_parser import CliParser, read_connections_as_airflow
 
 __all__ = ["COMMANDS", "main"]
 
@@ -52,4 +52,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command that ``argv`` (default: the process's arguments) names."""
     args = list(sys.argv[1:] if argv is None else argv)
     command = _parser().parse_args(args[:1]).command
+    read_connections_as_airflow()  # after `airflow connections add`, as Airflow would
     return COMMANDS[command][1](args[1:])

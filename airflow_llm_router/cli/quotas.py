@@ -8,7 +8,8 @@
 Connections and tables default to the ``[llm_router]`` Airflow config (see
 :class:`~airflow_llm_router.quotas.config.QuotaConfig`). Exit status 2 for invalid input
 (nothing written) and for every other failure (a missing connection, PostgreSQL or Redis
-unreachable: nothing written), always as one ``error:`` line that says what to fix.
+unreachable: nothing written), always as one ``error:`` line that says what to fix. Log
+lines go to standard error, the output to standard output.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_llm_router.cli_parser import CliParser
+from airflow_llm_router.cli_parser import CliParser, logs_to_stderr
 from airflow_llm_router.engine.quota import RouterBudget
 from airflow_llm_router.exceptions import QuotaStoreError, QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
@@ -99,6 +100,7 @@ def _config(args: argparse.Namespace, config: QuotaConfig) -> QuotaConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logs_to_stderr()  # standard output holds the changes, the list, the budget: nothing else
     defaults = QuotaConfig.from_airflow()
     args = _parser(defaults).parse_args(argv)
     config = _config(args, defaults)

@@ -136,7 +136,10 @@ def _kinds(doc: Any) -> dict[str, KindStats]:
 
 @dataclass(frozen=True)
 class RouterStats:
-    """Every model's stats, the number of waiting requests and the engine's clock (ms)."""
+    """Every model's stats, the number of waiting requests and the engine's clock (ms).
+
+    ``waiting`` counts the requests told to wait whose caller may still come back: one that
+    does not ask again within its retry wait plus ``waiter_ttl_ms`` stops counting."""
 
     now_ms: int
     waiting: int

@@ -291,16 +291,18 @@ class QuotaStore:
                 return
             stored = self._stored_quotas(conn)
             budget = budget_if_migrated(conn, self._names)
+            lost = any(m not in created for m in stored)
             restored = self.router.sync_quotas(
-                stored, budget=None if budget is None else budget.budget,
-                after_loss=any(m not in created for m in stored))
+                stored, budget=None if budget is None else budget.budget, after_loss=lost)
         except Exception as err:
             raise QuotaStoreError(
                 f"cannot restore the stored quotas to the router's Redis ({err}); nothing "
                 "was changed, retry when Redis is reachable") from err
-        if restored:
+        if restored and lost:
             log.warning("the router's Redis had lost %d stored value(s) (quotas and the "
                         "router-wide budget): restored them", restored)
+        elif restored:  # a new namespace (or a new schema): nothing was lost
+            log.info("wrote %d quota(s) to the router's new Redis namespace", restored)
 
     def _push(self, model: str, quota: ModelQuota | None) -> None:
         if self.router is None:

@@ -34,7 +34,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from fastapi import FastAPI
 from uvicorn.supervisors import Multiprocess
 
-from airflow_llm_router.cli_parser import CliParser
+from airflow_llm_router.cli_parser import CliParser, read_connections_as_airflow
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.web.errors import first_line
 from airflow_llm_router.web.openai_compat import DEFAULT_MAX_BODY_BYTES
@@ -171,4 +171,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    read_connections_as_airflow()
     sys.exit(main())

@@ -53,5 +53,9 @@ end
 local total = budget_total_view()
 budget_flush()
 if RELEASED then notify('*') end
-return cjson.encode({now = NOW, waiting = redis.call('ZCARD', K_WAITERS), models = out,
+-- waiting: the queued requests whose deadline (retry wait + WAITER_TTL: lib/waiters.lua)
+-- is still ahead; one whose caller went away without cancelling stops counting then, even
+-- if no admission comes to drop it from the queue
+local waiting = redis.call('ZCOUNT', K_WAIT_DEADLINES, '(' .. int(NOW), '+inf')
+return cjson.encode({now = NOW, waiting = waiting, models = out,
                      total = total})

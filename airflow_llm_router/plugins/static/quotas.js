@@ -124,6 +124,22 @@ function showSpend(b, spend) {
     + `${spend.period_s} s that began ${new Date(spend.period_start_ms).toLocaleString()}`;
 }
 
+// A model whose budget is (nearly) spent says so beside its name, not only in its bar's
+// colour: admission refuses a call whose estimated cost no longer fits, so a model is out
+// of budget before its bar reaches 100 % (amber from BUDGET_LOW_PCT), and over it (red) when
+// what it spent and reserved reaches the budget.
+const BUDGET_LOW_PCT = 90;
+function budgetBadge(spend) {
+  const pct = spend ? spend.spend_pct : null;
+  if (pct == null || pct < BUDGET_LOW_PCT) return null;
+  const over = pct >= 100;
+  return el("span", {
+    class: over ? "badge bad" : "badge warn", "data-budget": over ? "over" : "low",
+    title: `${pct} % of the budget of the period spent or reserved: calls whose estimated `
+      + "cost does not fit wait for the next period or go to other models",
+  }, over ? "over budget" : `budget ${pct} % spent`);
+}
+
 function readInput(field, input) {
   if (field.kind === "bool") return input.checked;
   const text = input.value.trim();
@@ -220,6 +236,8 @@ function renderRow(view) {
         + `${Math.round(u.limit_share * 1000) / 10} % of its quota, probing back up`,
     }, `effective ${e.rpm} rpm / ${e.tpm} tpm / ${e.max_concurrency} conc`));
   }
+  const budget = budgetBadge(u.spend);
+  if (budget) small.append(budget);
   if (!view.applied) small.append(el("span", { class: "badge" }, "not in router yet"));
   if (!view.stored) {
     small.append(el("span", { class: "badge", title: "set in Redis directly; saving "

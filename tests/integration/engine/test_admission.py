@@ -9,6 +9,7 @@ import pytest
 from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Rejection, Wait
 from airflow_llm_router.exceptions import ImpossibleRequestError
+from llm_router_devkit.stack import wait_for
 
 BIG = {"rpm": 10**6, "tpm": 10**9, "max_concurrency": 10**5}
 
@@ -253,3 +254,17 @@ def test_window_trims_entries_with_zero_tokens_of_a_kind(router: RouterClient) -
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert router.stats().models["a"].output_tokens == 10  # only the new estimate remains
+
+
+def test_waiting_counts_only_waiters_whose_caller_may_still_come_back(
+    make_router: Callable[..., RouterClient],
+) -> None:
+    # a caller told to wait that never asks again (its task ended) stops counting once its
+    # retry wait plus waiter_ttl_ms has passed, with no other admission to clear it
+    router = make_router(jitter=0, waiter_ttl_ms=2000)
+    router.set_quota("a", {"rpm": 1, "tpm": 10**6, "max_concurrency": 10, "window_s": 1})
+    assert isinstance(router.admit(10), Admission)
+    wait = router.admit(10)
+    assert isinstance(wait, Wait) and wait.retry_after_ms <= 1_000 + 1_000
+    assert router.stats().waiting == 1
+    wait_for("the waiting count to clear", lambda: router.stats().waiting == 0, timeout_s=20)

@@ -449,3 +449,77 @@ def test_the_quota_table_filters_and_pages_1000_models(
          == "1\u20131 of 1 matching (1,000 in all)")
     assert [r.get_attribute("data-model") for r in browser.find_elements(
         By.CSS_SELECTOR, "#quotas tbody tr")] == ["team-9/model-0999"]
+
+
+def controls_outside(driver: WebDriver) -> list[str]:
+    """The page's visible controls (inside the UI's iframe) that do not lie wholly inside
+    the browser's viewport, and the number fields too narrow for their value."""
+    return list(driver.execute_script("""
+        const frame = window.frameElement.getBoundingClientRect();
+        const width = window.top.innerWidth;
+        const bad = [];
+        for (const e of document.querySelectorAll("input, button, select")) {
+          const r = e.getBoundingClientRect();
+          if (r.width === 0 && r.height === 0) continue;  // not shown
+          const name = e.getAttribute("aria-label") || e.name || e.id || e.textContent;
+          if (frame.left + r.left < 0 || frame.left + r.right > width) {
+            bad.push(`${name}: ${Math.round(frame.left + r.left)}-`
+                     + `${Math.round(frame.left + r.right)} px of ${width}`);
+          }
+          if (e.type === "number" && e.scrollWidth > e.clientWidth) {
+            bad.push(`${name}: ${e.value} cut (${e.scrollWidth} > ${e.clientWidth} px)`);
+          }
+        }
+        return bad;"""))
+
+
+def test_at_1280x800_every_control_is_on_screen_and_budgets_show_badges(
+        ui: QuotaUiStack, tokens: dict[str, str], browser: WebDriver, tmp_path: Path) -> None:
+    priced = {"input_micro_usd_per_mtok": 1_000_000, "output_micro_usd_per_mtok": 1_000_000,
+              "budget_micro_usd": 10_000}
+    admin = tokens["admin"]
+    for model, quota in {
+            "team-research/very-long-model-name-v2": {
+                "rpm": 12_345_678, "tpm": 1_000_000_000, "max_concurrency": 99_999_999,
+                "weight": 12.5, **priced, "budget_micro_usd": 9_876_543_210},
+            "spent-model": {"rpm": 600, "tpm": 10_000_000, "max_concurrency": 16, **priced},
+            "nearly-spent": {"rpm": 600, "tpm": 10_000_000, "max_concurrency": 16, **priced},
+            }.items():
+        answer = api(ui, admin, "PUT", f"/api/quotas/{model}", json=quota)
+        assert answer.status_code == 201, answer.text
+    with ui.router() as router:  # $1 per 1M tokens: a token costs a micro-dollar
+        for model, used in (("spent-model", 20_000), ("nearly-spent", 9_600)):
+            lease = router.admit(10, models=[model])
+            assert isinstance(lease, Admission), lease
+            router.complete(lease.lease_id, input_tokens=used, output_tokens=0)
+
+    log_in(browser, ui, "admin")
+    open_quotas_page(browser)
+    badge = "[data-budget]"
+    wait(browser, "the budget badges", lambda d: (
+        text_of(d, "spent-model", badge), text_of(d, "nearly-spent", badge))
+        == ("over budget", "budget 96 % spent"))
+    assert "bad" in row(browser, "spent-model").find_element(
+        By.CSS_SELECTOR, badge).get_attribute("class")
+    assert not row(browser, "team-research/very-long-model-name-v2").find_elements(
+        By.CSS_SELECTOR, badge)
+    assert (row(browser, "team-research/very-long-model-name-v2").find_element(
+        By.CSS_SELECTOR, "input[name='tpm']").get_attribute("value") == "1000000000")
+    browser.find_element(By.ID, "add-model-toggle").click()
+    wait(browser, "the add form", ec.visibility_of_element_located(
+        (By.CSS_SELECTOR, "#add-model input[name='rpm']")))
+    viewport_shot(browser, None, screenshot_path(tmp_path, "quota_ui_1280.png"), dark=False)
+    assert controls_outside(browser) == []
+
+
+def test_the_api_docs_render_from_the_package_alone(ui: QuotaUiStack, browser: WebDriver) -> None:
+    log_in(browser, ui, "viewer")
+    browser.get(ui.url + "/docs")
+    wait(browser, "the operations listed", lambda d: len(d.find_elements(
+        By.CSS_SELECTOR, ".swagger-ui .opblock")) >= 10)
+    assert browser.find_element(By.CSS_SELECTOR, ".swagger-ui .servers").text.strip() \
+        .startswith("/llm-router")
+    # every file it loaded came from the API server: it needs no CDN, works offline
+    loaded = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name);")
+    assert loaded and all(url.startswith(ui.stack.api_url) for url in loaded), loaded

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from airflow_llm_router.engine.types import Wait
 from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas import QuotaStore, read_quota_file
+from tests.conftest import delete_namespace
 
 YAML = """\
 models:
@@ -235,3 +239,72 @@ def test_a_bad_budget_is_one_error_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and names in err[0]
     assert router.budget() is None
+
+
+def test_loading_into_a_new_schema_warns_of_no_loss(
+        connections: None, tmp_path: Path, router: RouterClient,
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    # a new schema and a new Redis namespace: nothing was stored, so nothing was lost
+    path = tmp_path / "quotas.yaml"
+    path.write_text(YAML)
+    with caplog.at_level("INFO"):
+        assert main(["load", str(path)]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [], warnings
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["create   gpt-small", "create   openai/gpt-4o",
+                                f"2 change(s); 2 model(s) in {path}"], out
+
+
+def test_the_command_logs_to_stderr_and_prints_to_stdout(
+        connections: None, tmp_path: Path, namespace: str) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(YAML)
+
+    def load() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "airflow_llm_router.cli", "quotas", "load",
+                               str(path)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+                                   "AIRFLOW__CORE__UNIT_TEST_MODE": "False"})
+
+    first = load()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == ["create   gpt-small", "create   openai/gpt-4o",
+                                         f"2 change(s); 2 model(s) in {path}"], first.stdout
+    assert "Applied migration 1" in first.stderr and "had lost" not in first.stderr
+    delete_namespace(namespace)  # Redis loses what it held: the next load says so, on stderr
+    second = load()
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [f"0 change(s); 2 model(s) in {path}"], second.stdout
+    assert "had lost 2 stored value(s)" in second.stderr, second.stderr
+
+
+@pytest.mark.timeout(300)
+def test_the_command_reads_connections_added_to_the_metadata_database(
+        tmp_path: Path, namespace: str, pg_dsn: str, pg_schema: str) -> None:
+    # no AIRFLOW_CONN_*: the connections live in Airflow's metadata database, added as the
+    # docs say (airflow connections add), and the command finds them there
+    home = tmp_path / "airflow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+                "AIRFLOW__LLM_ROUTER__QUOTA_SCHEMA": pg_schema})
+    airflow = str(Path(sys.executable).parent / "airflow")
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env)
+        assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
+        return done
+
+    run(airflow, "db", "migrate")
+    run(airflow, "connections", "add", "llm_router_default", "--conn-json", json.dumps(
+        {"conn_type": "llm_router", "host": "127.0.0.1", "port": 6379,
+         "extra": {"namespace": namespace}}))
+    run(airflow, "connections", "add", "postgres_default", "--conn-uri", pg_dsn)
+    path = tmp_path / "quotas.yaml"
+    path.write_text(YAML)
+    llm_router = str(Path(sys.executable).parent / "llm-router")
+    loaded = run(llm_router, "quotas", "load", str(path))
+    assert loaded.stdout.splitlines()[-1] == f"2 change(s); 2 model(s) in {path}"
+    listed = json.loads(run(llm_router, "quotas", "list").stdout)
+    assert sorted(listed) == ["gpt-small", "openai/gpt-4o"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from airflow_llm_router.engine.types import Admission, Wait
@@ -192,3 +193,15 @@ def test_openapi_documents_the_api(ui: QuotaUiStack, tokens: dict[str, str]) -> 
             "/api/audit"} <= set(doc["paths"])
     assert {"get", "put", "patch", "delete"} <= set(doc["paths"]["/api/quotas/{model}"])
     assert "rpm" in doc["components"]["schemas"]["ModelQuota"]["properties"]
+    # a generated client calls the paths under the server the document names: the mount
+    assert doc["servers"] == [{"url": "/llm-router"}]
+    answer = httpx.get(ui.stack.api_url + doc["servers"][0]["url"] + "/api/quotas",
+                       headers={"Authorization": f"Bearer {tokens['viewer']}"}, timeout=15)
+    assert answer.status_code == 200, answer.text
+    responses = doc["paths"]["/api/quotas/{model}"]["put"]["responses"]
+    assert {"400", "401", "403", "415", "422"} <= set(responses), sorted(responses)
+    # the viewer loads Swagger UI from the package, under the mount: no CDN
+    page = api(ui, tokens["viewer"], "GET", "/docs").text
+    assert "/llm-router/docs/assets/swagger-ui-bundle.js" in page and "cdn" not in page
+    bundle = api(ui, tokens["viewer"], "GET", "/docs/assets/swagger-ui-bundle.js")
+    assert bundle.status_code == 200 and "SwaggerUIBundle" in bundle.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,7 +54,22 @@ def test_the_standalone_server_admits_with_the_connections_token(
         assert engine.stats().models["m"].tokens == 6
         spec = http.get("/openapi.json").json()
         assert {"/schedule", "/complete", "/heartbeat", "/advice"} <= set(spec["paths"])
-        assert http.get("/docs").status_code == 200
+        assert spec["servers"] == [{"url": "/"}]  # the routes are at the root
+        docs = http.get("/docs")
+        assert docs.status_code == 200
+        # the viewer's files come from the package, not a CDN: it works offline
+        assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+        assert sorted(assets) == ["/docs/assets/favicon-32x32.png",
+                                  "/docs/assets/swagger-ui-bundle.js",
+                                  "/docs/assets/swagger-ui.css"], assets
+        for asset in assets:
+            assert http.get(asset).status_code == 200, asset
+        assert "SwaggerUIBundle" in http.get("/docs/assets/swagger-ui-bundle.js").text
+        assert http.get("/docs/assets/LICENSE").text.lstrip().startswith("Apache License")
+        schedule = spec["paths"]["/schedule"]["post"]["responses"]
+        assert {"400", "401", "403", "415", "422"} <= set(schedule), sorted(schedule)
+        assert {"401", "403"} <= set(spec["paths"]["/advice"]["get"]["responses"])
+        assert "400" not in spec["paths"]["/advice"]["get"]["responses"]  # no body
         huge = http.post("/schedule", json={"estimated_tokens": 9, "pad": "x" * 100_000})
         assert huge.status_code == 413 and huge.json()["detail"][0]["field"] == "body"
 
