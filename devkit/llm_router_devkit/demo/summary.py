@@ -174,8 +174,8 @@ class Yardstick:
     lp_bound_s: float
     reference_s: float
     seconds: float  # time taken to compute them
-    #: the reference with ordered preference lists kept (a listed prompt goes to the first
-    #: model of its list with room, as the router admits it); None: the backlog has no lists
+    #: the reference with ordered preference lists kept (every send goes to the first model
+    #: of the prompt's list with room; a prompt may wait for an earlier one); None: no lists
     kept_s: float | None = None
     #: the reference with costs unknown (choices on expected costs, charged the draws),
     #: with the preference lists kept where the backlog has them; None: not computed
@@ -316,8 +316,9 @@ def _yardstick_lines(totals: Totals) -> list[str]:
     ]
     if y.kept_s is not None:
         lines.append(
-            f"reference with preferences kept: {y.kept_s:.1f} s (the same, but a listed "
-            "prompt goes to the first model of its list with room, as the router admits it)")
+            f"reference with preferences kept: {y.kept_s:.1f} s (the same, but every send "
+            "goes to the first model of the prompt's list with room; a prompt may wait for "
+            "an earlier one)")
         lines.append(f"  -> this run: {totals.speed_of(y.kept_s):.0%} of its speed")
     if y.blind_s is not None:
         lines.append(
