@@ -4,12 +4,14 @@ For each prompt: wait for admission (batched, woken by releases), call the backe
 admitted model, settle the lease with the actual usage and outcome, and retry what a retry
 can fix — a 429 on the next admissible model (the engine cools the model down for everyone),
 a 5xx or timeout after a backoff. Live leases are heartbeated together, not one task each.
+A prompt's call options (``metadata.llm_call``) and the protocol's refusal of them are
+checked here too, before admission, so a refused option costs no lease.
 
 The Solver's per-prompt steps (attempts, call, hedge, settle) share its state, so they stay
 in one module; the loops that run beside them (heartbeats, progress, stopping) are in
 :mod:`airflow_llm_router.solver.upkeep`, the hedge's waits and targets in
 :mod:`~airflow_llm_router.solver.hedging` and batched sends in
-:mod:`~airflow_llm_router.solver.sending`. At about 340 lines it is not split further: the
+:mod:`~airflow_llm_router.solver.sending`. At about 380 lines it is not split further: the
 next piece that could leave, settling a lease (with its fallback to a bare outcome), is
 about 40 lines that read the Solver's router, outage budget and set of pending
 settlements, and the close in :func:`solving` waits on that set; moved out, it would take
