@@ -41,7 +41,7 @@ from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import StoreOutage
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.solver.settings import DrainSettings
-from airflow_llm_router.solver.upkeep import report_backlog, stop_helpers
+from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_CAP, report_backlog, stop_helpers
 from airflow_llm_router.store import ClaimedTask, TaskFailure, TaskResult, TaskStore
 from airflow_llm_router.store.watch import BacklogWatch
 
@@ -254,7 +254,7 @@ class _Draining:
         ``until_empty``, backlog empty)."""
         if time.time() >= self.deadline:
             return False
-        if await self.call(self.store.backlog_size) == 0:
+        if await self.call(self.store.backlog_size, cap=1) == 0:
             if self.until_empty:
                 return False
             others = await self.call(self.store.claims_in_progress)
@@ -300,7 +300,7 @@ class _Draining:
             with contextlib.suppress(*WATCH_LOST):
                 await self.close()
             self.watch = None
-            await self.call(self.store.backlog_size)
+            await self.call(self.store.backlog_size, cap=1)
             return True
 
     async def open_watch(self) -> None:
@@ -318,7 +318,7 @@ class _Draining:
 
         async def wait(watch: BacklogWatch) -> bool:  # the watch LISTENs, then re-reads
             while True:
-                if await watch.backlog():
+                if await watch.backlog(cap=1):
                     return True
                 left = until - time.monotonic()
                 if left <= 0:
@@ -374,7 +374,8 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     stop_reporting, claimed = asyncio.Event(), asyncio.Event()
     reporter = asyncio.create_task(
         report_backlog(solver.router, f"{store.schema}.{store.table}",
-                       lambda: d.call(store.backlog_size), stop_reporting, claimed),
+                       lambda: d.call(store.backlog_size, cap=BACKLOG_REPORT_CAP),
+                       stop_reporting, claimed),
         name="llm-router-backlog")
     solver.watch_helper(reporter)
     try:

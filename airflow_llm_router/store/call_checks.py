@@ -68,6 +68,14 @@ def validate_task_id(field_name: str, task_id: object) -> int:
     return task_id
 
 
+def validate_cap(cap: object) -> int:
+    """How many pending tasks a count may read (``backlog_size(cap=...)``): 1 or more."""
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise TaskValidationError(
+            "cap", f"must be an integer >= 1 (or None to count every task), got {cap!r}")
+    return cap
+
+
 def validate_token(field_name: str, token: object) -> str:
     """Claim tokens are UUIDs; a malformed one is a caller bug, not a stale claim."""
     try:

@@ -101,6 +101,10 @@ class ClaimCycle:
         return len(back.pending)
 
     def _return_expired(self, conn: psycopg.Connection[Any], limit: int) -> Reclaimed:
+        """Return up to ``limit`` expired claims; the first statement of each reading
+        transaction, so it also keeps the transaction's plans on the indexes
+        (:data:`~.queries._INDEX_PLANS`: without statistics the planner scanned)."""
+        conn.execute(self._db.queries.index_plans)
         back = Reclaimed.from_rows(
             conn.execute(self._db.queries.reclaim, {"limit": limit}).fetchall())
         back.log(self._db.schema, self._db.table)
@@ -230,16 +234,22 @@ class ClaimCycle:
             ).fetchall()
         return len(rows)
 
-    def backlog_size(self) -> int:
+    def backlog_size(self, *, cap: int | None = None) -> int:
         """Tasks a claim could take now: pending plus expired claims. Read from the indexes,
         after returning expired claims to pending and announcing them (see :meth:`reclaim`).
 
         0 does not mean drained while others still hold live claims: their workers may
         die and the tasks come back; ask :meth:`claims_in_progress`.
+
+        :param cap: count pending tasks only up to this many (``cap=1``: is there any?).
+            A full count reads every pending entry of the claim index, so its cost grows
+            with the backlog; a capped one reads at most ``cap``. None: count them all.
         """
+        if cap is not None:
+            checks.validate_cap(cap)
         with self._db.transaction() as conn:
             self._reclaim_announced(conn)
-            row = conn.execute(self._db.queries.backlog).fetchone()
+            row = conn.execute(self._db.queries.backlog, {"cap": cap}).fetchone()
         return int(row[0]) if row else 0
 
     def claims_in_progress(self) -> ClaimsInProgress:

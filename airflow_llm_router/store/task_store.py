@@ -192,9 +192,10 @@ class TaskStore:
         """Heartbeat: extend still-current claims; see :meth:`.ClaimCycle.extend_claims`."""
         return self.claims.extend_claims(claims, claim_ttl_s=claim_ttl_s)
 
-    def backlog_size(self) -> int:
-        """Tasks a claim could take now; see :meth:`.ClaimCycle.backlog_size`."""
-        return self.claims.backlog_size()
+    def backlog_size(self, *, cap: int | None = None) -> int:
+        """Tasks a claim could take now (pending ones up to ``cap``); see
+        :meth:`.ClaimCycle.backlog_size`."""
+        return self.claims.backlog_size(cap=cap)
 
     def claims_in_progress(self) -> ClaimsInProgress:
         """Others' live claims; see :meth:`.ClaimCycle.claims_in_progress`."""

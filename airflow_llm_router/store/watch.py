@@ -24,6 +24,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from airflow_llm_router.pg import TableNames
+from airflow_llm_router.store.call_checks import validate_cap
 from airflow_llm_router.store.queries import RECLAIM_BATCH, Queries
 from airflow_llm_router.store.records import Reclaimed
 
@@ -83,15 +84,18 @@ class BacklogWatch:
             raise RuntimeError("BacklogWatch is used outside 'async with'")
         return self._conn
 
-    async def backlog(self) -> int:
-        """Tasks a claim could take now, after returning expired claims to pending (and
+    async def backlog(self, *, cap: int | None = None) -> int:
+        """Tasks a claim could take now (pending ones up to ``cap``, as
+        :meth:`ClaimCycle.backlog_size`), after returning expired claims to pending (and
         announcing them); 0 while the store's table does not exist yet (a first
         deployment: the first enqueue creates it and notifies)."""
+        if cap is not None:
+            validate_cap(cap)
         conn = self._connection()
         try:
             async with conn.transaction():
                 await self._reclaim(conn)
-                cur = await conn.execute(self._queries.backlog)
+                cur = await conn.execute(self._queries.backlog, {"cap": cap})
                 row = await cur.fetchone()
         except pg_errors.UndefinedTable:
             return 0
@@ -108,6 +112,7 @@ class BacklogWatch:
             return 0
 
     async def _reclaim(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        await conn.execute(self._queries.index_plans)  # as the claim cycle: by the indexes
         cur = await conn.execute(self._queries.reclaim, {"limit": RECLAIM_BATCH})
         back = Reclaimed.from_rows(await cur.fetchall())
         back.log(self._names.schema, self._names.table)

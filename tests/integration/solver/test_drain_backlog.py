@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 
 import pytest
@@ -113,6 +114,15 @@ async def test_no_report_counts_the_tasks_a_drain_has_claimed(
     """The engine counts the reported tasks and the requests waiting in it: a report made
     before a claim counts the claimed tasks twice, so a drain's first report follows its
     first claim."""
+    first = await _first_report(monkeypatch, namespace, redis_url, pg_dsn, pg_schema, store,
+                                router)
+    assert int(first.split(":")[0]) <= TASKS - IN_FLIGHT, first
+
+
+async def _first_report(monkeypatch: pytest.MonkeyPatch, namespace: str, redis_url: str,
+                        pg_dsn: str, pg_schema: str, store: TaskStore,
+                        router: RouterClient) -> str:
+    """Drain :data:`TASKS` tasks; the drain's first backlog report (``tasks:until_ms``)."""
     profile = small_profile(time_scale=1)  # one-minute windows: 75 calls in the first
     store.enqueue([f"prompt {i}" for i in range(TASKS)])
     key = RouterKeys(namespace).router("K_BACKLOG")
@@ -126,4 +136,52 @@ async def test_no_report_counts_the_tasks_a_drain_has_claimed(
             await asyncio.sleep(0.005)  # a poll of Redis: nothing to wait on
         event = (await asyncio.wait_for(drain, 30)).payload
     assert event["status"] == "done"
-    assert int(first.split(":")[0]) <= TASKS - IN_FLIGHT, first
+    return str(first)
+
+
+@pytest.mark.timeout(60)
+async def test_a_report_counts_the_backlog_up_to_the_cap(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, redis_url: str, pg_dsn: str,
+    pg_schema: str, store: TaskStore, router: RouterClient,
+) -> None:
+    """A full count reads every pending task (726 ms at a million on this machine), up to
+    ten times a second per drain: a drain counts only up to BACKLOG_REPORT_CAP."""
+    monkeypatch.setattr("airflow_llm_router.solver.drain.BACKLOG_REPORT_CAP", 50)
+    first = await _first_report(monkeypatch, namespace, redis_url, pg_dsn, pg_schema, store,
+                                router)
+    assert int(first.split(":")[0]) == 50, first  # 180 or so unclaimed, counted up to 50
+
+
+@pytest.mark.timeout(60)
+async def test_reports_are_spaced_by_what_a_count_costs(
+    namespace: str, redis_url: str, pg_schema: str,
+) -> None:
+    """A drain that claims on and on asks for a report after each claim; when a count
+    takes 0.2 s (a large backlog on a busy server) the next waits 2 s, not 0.1 s."""
+    client = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    stop, claimed = asyncio.Event(), asyncio.Event()
+    counts: list[float] = []
+
+    async def count() -> int:
+        counts.append(time.monotonic())
+        await asyncio.sleep(0.2)  # stands for the count's cost
+        return 1000
+
+    async def claiming() -> None:
+        while not stop.is_set():
+            claimed.set()
+            await asyncio.sleep(0.02)
+
+    reporter = asyncio.create_task(
+        report_backlog(client, f"{pg_schema}.tasks", count, stop, claimed))
+    claims = asyncio.create_task(claiming())
+    try:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), 2.5)  # the window observed
+        stop.set()
+        await stop_helpers([reporter, claims])
+    finally:
+        await client.aclose()
+    gaps = [b - a for a, b in itertools.pairwise(counts)]
+    assert 1 <= len(counts) <= 2, counts  # 0.1 s apart, it counted about eight times
+    assert all(gap >= 2.0 for gap in gaps), gaps
