@@ -65,6 +65,31 @@ def sim_profile(models: int) -> SimulatorProfile:
         for i in range(models)])
 
 
+def default_connections(redis_port: int, namespace: str, dsn: str, sim_url: str) -> None:
+    """The default connections a ``DrainTrigger`` of this process reads (as Airflow's
+    ``AIRFLOW_CONN_*`` environment variables): the private Redis, PostgreSQL, simulator."""
+    os.environ.update({
+        "AIRFLOW_CONN_LLM_ROUTER_DEFAULT": json.dumps(
+            {"conn_type": "llm_router", "host": "127.0.0.1", "port": redis_port,
+             "extra": {"namespace": namespace}}),
+        "AIRFLOW_CONN_POSTGRES_DEFAULT": dsn,
+        "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(
+            {"conn_type": "models_backend", "host": sim_url, "extra": {"timeout_s": 60}}),
+    })
+
+
+def roomy_quotas(stack: ExitStack, redis_url: str, namespace: str,
+                 prof: SimulatorProfile) -> None:
+    """Quotas far above what a run uses for every model of ``prof``: they never bind."""
+    from airflow_llm_router.engine import RouterClient, RouterSettings
+
+    router = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    stack.callback(router.close)
+    for m in prof.models:
+        router.set_quota(m.name, {"rpm": 10_000_000, "tpm": 10_000_000_000,
+                                  "max_concurrency": 100_000, "expected_output_tokens": 100})
+
+
 def _cpu_s() -> tuple[float, float]:
     """User and system CPU seconds of this process (every thread) so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -115,29 +140,15 @@ def run_calls(opts: argparse.Namespace) -> dict[str, Any]:
 
 def run_once(opts: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, Any]:
     """One drain of ``--tasks`` tasks on a private Redis, schema and simulator."""
-    from airflow_llm_router.engine import RouterClient, RouterSettings
-
     run_id = uuid.uuid4().hex[:8]
     schema, namespace = f"llmr_cpu_{run_id}", f"cpu-{run_id}"
     prof = sim_profile(opts.models)
     with ExitStack() as stack:
         redis_server, sim, store = private_services(stack, opts.postgres_dsn, schema, prof)
-        os.environ.update({
-            "AIRFLOW_CONN_LLM_ROUTER_DEFAULT": json.dumps(
-                {"conn_type": "llm_router", "host": "127.0.0.1", "port": redis_server.port,
-                 "extra": {"namespace": namespace}}),
-            "AIRFLOW_CONN_POSTGRES_DEFAULT": opts.postgres_dsn,
-            "AIRFLOW_CONN_MODELS_BACKEND_DEFAULT": json.dumps(
-                {"conn_type": "models_backend", "host": sim.url, "extra": {"timeout_s": 60}}),
-        })
+        default_connections(redis_server.port, namespace, opts.postgres_dsn, sim.url)
         store.migrate()
         store.enqueue([f"task {i} " + "x" * opts.prompt_chars for i in range(opts.tasks)])
-        router = RouterClient.from_url(redis_server.url, RouterSettings(namespace=namespace))
-        stack.callback(router.close)
-        for m in prof.models:
-            router.set_quota(m.name, {"rpm": 10_000_000, "tpm": 10_000_000_000,
-                                      "max_concurrency": 100_000,
-                                      "expected_output_tokens": 100})
+        roomy_quotas(stack, redis_server.url, namespace, prof)
         cpu0, wall0 = _cpu_s(), time.monotonic()
         if profiler is not None:
             profiler.enable()

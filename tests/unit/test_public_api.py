@@ -25,6 +25,10 @@ EXEMPT: dict[str, str] = {
                        "one by one, below the clients",
     "bench/budget_cost.py": "compares the Lua scripts' cost at two commits by swapping "
                             "the engine's script loader",
+    "bench/backlog_plans.py": "explains the task store's own statements with EXPLAIN, "
+                              "composed as the store composes them",
+    "bench/backlog.py": "counts the backlog beside the claimers as a drain's report does, "
+                        "with the drain's cap and spacing",
 }
 
 
