@@ -24,6 +24,11 @@ task-store schema holding W1's prompts. The DAG (``bench/dags/llm_router_scale.p
   spread over the triggerers as they poll in turn;
 - ``async``: ``SolveTaskAsyncOperator``, each solver an async task in a worker slot.
 
+With ``--kill-triggerer-at F`` (two-triggerer configurations), the second triggerer gets
+SIGKILL once a share F of the tasks is solved, and the run times how soon the survivor
+runs its drains (``bench/triggerer_kill.py``) and the longest stretch without an answer
+after the kill.
+
 Per configuration: makespan (the first call at the backend -> the last answer in the store,
 as in ``bench/e2e``) and trigger -> last answer; tasks solved; backend calls, 429s and
 window violations from the simulator's own ``/stats``; the triggers per triggerer job (the
@@ -46,6 +51,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +63,7 @@ from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
 from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
+from bench.triggerer_kill import TriggererKill
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.run import drop_namespace
@@ -77,7 +84,8 @@ CONFIGS: dict[str, tuple[str, int, str | None]] = {
     "deferrable-2-split": ("deferrable", 2, "split"),
     "deferrable-2-spread": ("deferrable", 2, "spread"), "async": ("async", 1, None)}
 POLL_S = 0.5
-STARTUP_TIMEOUT_S = 120.0
+#: a loaded machine (load 20+ on 2 cores) takes over 2 min to start an API server
+STARTUP_TIMEOUT_S = 300.0
 SETTLE_S = 60.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -208,7 +216,7 @@ def _stack(opts: argparse.Namespace, cleanup: ExitStack, pg: PgServer, database:
 
 
 def _watch(stack: AirflowStack, store: TaskStore, spread: TriggerSpread | None, dag_id: str,
-           run_id: str, deadline_s: float) -> str:
+           run_id: str, deadline_s: float, kill: TriggererKill | None = None) -> str:
     """Poll until the backlog is empty and the run ended (or settled), or the deadline."""
     deadline = time.monotonic() + deadline_s
     done_at: float | None = None
@@ -218,7 +226,13 @@ def _watch(stack: AirflowStack, store: TaskStore, spread: TriggerSpread | None, 
         if spread is not None:
             spread.poll()
         counts = store.counts()
-        state = str(stack.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state"))
+        if kill is not None:
+            kill.poll(counts["solved"])
+        try:
+            state = str(stack.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json()
+                        .get("state"))
+        except httpx.TimeoutException:  # a loaded machine's API server: ask at next poll
+            state = "unknown"
         if time.monotonic() - last_say > 5:
             last_say = time.monotonic()
             say(f"  run {state:8} | solved {counts['solved']} pending {counts['pending']} "
@@ -249,6 +263,18 @@ def _store_times(dsn: str, schema: str) -> dict[str, Any]:
             "last_solved": float(last) if last is not None else None,
             "p10_solved": float(p10) if p10 is not None else None,
             "p90_solved": float(p90) if p90 is not None else None}
+
+
+def _longest_gap_after(dsn: str, schema: str, after: float | None) -> float | None:
+    """The longest stretch without an answer from ``after`` (epoch s) to the last one."""
+    if after is None:
+        return None
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f'SELECT extract(epoch FROM solved_at) FROM "{schema}".tasks '
+                            "WHERE solved_at > to_timestamp(%s) ORDER BY solved_at",
+                            (after,)).fetchall()
+    times = [after, *(float(t) for (t,) in rows)]
+    return max((b - a for a, b in pairwise(times)), default=None)
 
 
 def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
@@ -299,6 +325,11 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         spread = TriggerSpread(meta) if mode == "deferrable" else None
         if spread is not None:
             cleanup.callback(spread.close)
+        kill = None
+        if opts.kill_triggerer_at is not None and triggerers > 1:
+            kill = TriggererKill(stack, meta, "triggerer-2",
+                                 int(opts.kill_triggerer_at * len(tasks)))
+            cleanup.callback(kill.close)
         sim_pid = getattr(getattr(sim, "_proc", None), "pid", None)
         httpx.post(f"{sim.url}/stats/reset", timeout=10).raise_for_status()
         reset_epoch = time.time()
@@ -307,13 +338,19 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         stack.api("POST", f"/dags/{dag_id}/dagRuns", json={
             "dag_run_id": run_id, "logical_date": None}).raise_for_status()
         triggered = time.time()
-        outcome = _watch(stack, store, spread, dag_id, run_id, opts.deadline_min * 60)
+        outcome = _watch(stack, store, spread, dag_id, run_id, opts.deadline_min * 60, kill)
         ended = time.time()
-        cpu1 = cpu_snapshot(stack, components, sim_pid)
+        killed = kill.summary() if kill is not None else None
+        # a killed triggerer's CPU is not known past its kill: left out
+        cpu1 = cpu_snapshot(stack, [c for c in components if c not in stack.down], sim_pid)
         stats = httpx.get(f"{sim.url}/stats", timeout=30).json()
         timeline = httpx.get(f"{sim.url}/timeline", timeout=60,
                              params={"bucket_s": profile.scaled_window_s / 100}).json()
         rows = _store_times(opts.postgres_dsn, schema)
+        if killed is not None:
+            killed["longest_gap_after_kill_s"] = _longest_gap_after(
+                opts.postgres_dsn, schema, killed["killed_at"])
+            say(f"  kill: {killed}")
         first = first_arrival_s(timeline)
         load = os.getloadavg()
         stopped = stack.stop()
@@ -337,6 +374,7 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         "triggerer_capacity": capacity,
         "max_trigger_to_select_per_loop": per_loop,
         "spread": spread.summary(jobs) if spread is not None else None,
+        "kill": killed,
         "load_average_at_end": load,
     }
 
@@ -394,6 +432,9 @@ def _parser() -> argparse.ArgumentParser:
                                                          "redis://127.0.0.1:6379/0"))
     p.add_argument("--postgres-dsn", default=os.environ.get(
         "LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    p.add_argument("--kill-triggerer-at", type=float, metavar="SHARE",
+                   help="SIGKILL the second triggerer once this share of the tasks is "
+                   "solved (0-1; configurations with two triggerers)")
     p.add_argument("--out", type=Path, default=OUT_DIR)
     return p
 
@@ -402,6 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = _parser().parse_args(argv)
     if not 1 <= opts.tasks <= 2000 or opts.fan_out < 1:
         print("error: --tasks must be 1..2000 and --fan-out >= 1", file=sys.stderr)
+        return 2
+    if opts.kill_triggerer_at is not None and not 0 < opts.kill_triggerer_at < 1:
+        print("error: --kill-triggerer-at must be a share of the tasks between 0 and 1",
+              file=sys.stderr)
         return 2
     out, command, started = results_dir(opts.out, "triggerers", "bench.triggerers", argv)
     rows: list[dict[str, Any]] = []
@@ -428,6 +473,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if yard:
         text.append(f"\nW1 LP bound {yard['lp_bound_s']:.1f} s, reference schedule "
                     f"{yard['reference_s']:.1f} s ({yard['compute_s']:.0f} s to compute).")
+    for r in rows:
+        if k := r.get("kill"):
+            text.append(f"\n{r['config']}: {k['killed']} killed at {k['solved_at_kill']} "
+                        f"solved, holding {k['triggers_orphaned']} of the triggers "
+                        f"({k['triggers_at_kill']}); taken over after "
+                        f"{_fmt(k['first_taken_over_s'])}-{_fmt(k['all_taken_over_s'])} s; "
+                        f"longest stretch without an answer after the kill "
+                        f"{_fmt(k['longest_gap_after_kill_s'])} s.")
     (out / "triggerers.md").write_text("\n".join(text) + "\n")
     say("\n".join(text))
     say(f"results in {out}")

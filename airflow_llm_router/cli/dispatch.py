@@ -28,7 +28,7 @@ def _quotas(argv: Sequence[str] | None) -> int:
 def _serve(argv: Sequence[str] | None) -> int:
     from airflow_llm_router.web.__main__ import main as run
 
-    return run(argv)
+    return run(argv, prog="llm-router serve")
 
 
 #: command -> (what it does, its entry: the rest of the line in, the exit status out)

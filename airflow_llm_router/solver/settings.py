@@ -11,9 +11,9 @@ defaults live here alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["DrainSettings", "SolveSettings", "parse_settings"]
 
@@ -74,10 +74,11 @@ class DrainSettings(SolveSettings):
     :param flush_every_s: how often buffered answers are written.
     :param store_outage_s: how long the drain rides out a task store outage (a PostgreSQL
         restart or failover): its store calls are retried with backoff, answers stay
-        buffered, and the writes of answers go on past the deadline within it. Keep it
+        buffered, and the writes of answers go on past the deadline within it. It must be
         below ``claim_ttl_s`` x 2/3 (claims are extended every third of the TTL), so no
-        claim expires during an outage the drain waits out. Past it the drain ends with
-        ``TaskStoreUnavailable``.
+        claim expires during an outage the drain waits out: a larger value is refused.
+        Not given: half of ``claim_ttl_s`` (60 s at the default TTL). Past it the drain
+        ends with ``TaskStoreUnavailable``.
     :param start_in_worker_s: the deferrable :class:`SolveTaskOperator` first drains in its
         worker for up to this long, then defers: the first calls go out as the task starts,
         not after the triggerer's loop has picked the trigger up (1-2 s). The worker hands
@@ -98,6 +99,33 @@ class DrainSettings(SolveSettings):
     store_outage_s: float = Field(60.0, ge=0)
     start_in_worker_s: float = Field(0.0, ge=0)
     start_in_flight: int | None = Field(None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _outage_default(cls, data: Any) -> Any:
+        """No ``store_outage_s`` given: half of ``claim_ttl_s``, so a short TTL alone never
+        makes the defaults refuse each other."""
+        if isinstance(data, Mapping) and data.get("store_outage_s") is None:
+            ttl = data.get("claim_ttl_s", cls.model_fields["claim_ttl_s"].default)
+            try:  # a rendered template may give "30"; a wrong value gets its own error
+                seconds = float(ttl)
+            except (TypeError, ValueError):
+                return data
+            if seconds > 0 and not isinstance(ttl, bool):
+                data = {**data, "store_outage_s": seconds / 2}
+        return data
+
+    @model_validator(mode="after")
+    def _outage_within_claims(self) -> DrainSettings:
+        """An outage ridden out must end before a claim extended just before it lapses."""
+        limit = self.claim_ttl_s * 2 / 3
+        if self.store_outage_s >= limit:
+            raise ValueError(
+                f"store_outage_s ({self.store_outage_s:g} s) must be below two thirds of "
+                f"claim_ttl_s ({self.claim_ttl_s:g} s, so below {limit:g} s): claims are "
+                "extended every third of their TTL and would lapse during an outage the "
+                "drain waits out; lower store_outage_s or raise claim_ttl_s")
+        return self
 
 
 S = TypeVar("S", bound=SolveSettings)
@@ -124,7 +152,9 @@ def parse_settings(kind: type[S], value: object) -> S:
         problems = []
         for error in err.errors():
             field = ".".join(str(p) for p in error["loc"])
-            if error["type"] == "extra_forbidden":
+            if not field:  # a rule between fields: its message names them
+                problems.append(f"settings: {error['msg'].removeprefix('Value error, ')}")
+            elif error["type"] == "extra_forbidden":
                 known = ", ".join(kind.model_fields)
                 problems.append(f"settings.{field}: not a setting of {kind.__name__} "
                                 f"(known: {known})")

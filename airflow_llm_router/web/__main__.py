@@ -48,6 +48,8 @@ KEEP_ALIVE_S = 75
 WORKER_ARGS_ENV = "LLM_ROUTER_WEB_ARGV"
 #: Most worker processes (each holds its own Redis and backend connections).
 MAX_WORKERS = 64
+#: The command's name when run as a module (``llm-router serve`` passes its own).
+MODULE_PROG = "python -m airflow_llm_router.web"
 
 
 def _port(value: str) -> int:
@@ -76,10 +78,13 @@ def _seconds(value: str) -> float:
     return seconds
 
 
-def _parser(config: QuotaConfig) -> argparse.ArgumentParser:
-    """The parser; connections and the task store default to the ``[llm_router]`` config."""
+def _parser(config: QuotaConfig, prog: str) -> argparse.ArgumentParser:
+    """The parser; connections and the task store default to the ``[llm_router]`` config.
+
+    ``prog`` is the command as the operator typed it (``llm-router serve`` or
+    ``python -m airflow_llm_router.web``), so usage and errors name what they ran."""
     d = Standalone.from_config(config)
-    parser = CliParser(prog="python -m airflow_llm_router.web",
+    parser = CliParser(prog=prog,
                        description="Serve the LLM router's HTTP API (admission, task "
                        "ingestion, backlog, quotas) with uvicorn, behind a bearer token.")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
@@ -119,9 +124,10 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _standalone(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Standalone]:
+def _standalone(argv: Sequence[str] | None,
+                prog: str = MODULE_PROG) -> tuple[argparse.Namespace, Standalone]:
     quotas = QuotaConfig.from_airflow()
-    args = _parser(quotas).parse_args(argv)
+    args = _parser(quotas, prog).parse_args(argv)
     config = Standalone(token_conn_id=args.token_conn_id, router_conn_id=args.conn_id,
                         namespace=args.namespace, postgres_conn_id=args.postgres_conn_id,
                         store_schema=args.store_schema, store_table=args.store_table,
@@ -136,8 +142,9 @@ def worker_app() -> FastAPI:
     return config.app()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args, config = _standalone(argv)
+def main(argv: Sequence[str] | None = None, prog: str = MODULE_PROG) -> int:
+    """Serve until stopped; ``prog`` names the command in usage and errors."""
+    args, config = _standalone(argv, prog)
     try:
         token = read_token(config.token_conn_id)
         namespace = asyncio.run(config.check_router())

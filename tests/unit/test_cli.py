@@ -26,6 +26,15 @@ def test_a_command_gets_the_rest_of_the_line(capsys: pytest.CaptureFixture[str])
     assert "usage: llm-router quotas " in out and "{load,migrate,list,budget}" in out
 
 
+@pytest.mark.parametrize(("command", "usage"), [
+    ("quotas", "usage: llm-router quotas "), ("serve", "usage: llm-router serve ")])
+def test_a_commands_help_names_the_command_as_typed(
+        command: str, usage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match=r"^0$"):
+        main([command, "--help"])
+    assert capsys.readouterr().out.startswith(usage)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "the following arguments are required: command"),
     (["bogus"], "argument command: invalid choice: 'bogus'"),

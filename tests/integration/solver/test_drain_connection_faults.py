@@ -36,8 +36,8 @@ def _drain(seconds: float, *, schema: str = SCHEMA, **settings: Any) -> DrainTri
     return DrainTrigger(
         store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
         worker_id="drain-under-test",
-        settings={"claim_ttl_s": 15.0, "claim_batch": 50, "backoff_s": 0.05,
-                  "hedge_late_calls": False, **settings},
+        settings={"claim_ttl_s": 15.0, "store_outage_s": 9.0, "claim_batch": 50,
+                  "backoff_s": 0.05, "hedge_late_calls": False, **settings},
         router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
         deadline=time.time() + seconds)
 
