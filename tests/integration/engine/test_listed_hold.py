@@ -112,3 +112,25 @@ def test_without_a_latency_for_every_model_the_list_is_tried_in_order(
     router.set_quota("first", {**ROOMY, "rpm": 2, "window_s": 10, "expected_latency_s": 1.0})
     router.set_quota("second", ROOMY)
     assert [_take(router, PAIR) for _ in range(3)] == ["first", "first", "second"]
+
+
+def test_only_the_waiters_queued_for_the_earlier_model_count_ahead(
+        router: RouterClient) -> None:
+    # first: one slot, taken; a call likely ends in 1 s (mean), 3.5 s (likely). second:
+    # room, likely 35 s. 50 requests wait for another model: counted ahead (the any-model
+    # choice's queue), first's slot would look 51 s away and second would take the
+    # request; they do not wait for first, so the request is held for it
+    router.set_quota("first", {**ROOMY, "max_concurrency": 1, "expected_latency_s": 1.0})
+    router.set_quota("second", {**ROOMY, "expected_latency_s": 10.0})
+    router.set_quota("other", {**ROOMY, "rpm": 1, "window_s": 100})
+    assert _take(router, ["first"]) == "first"
+    assert _take(router, ["other"]) == "other"
+    assert all(isinstance(d, Wait) for d in router.admit_many(
+        [AdmitRequest(100, models=["other"]) for _ in range(50)]))
+    decision = router.admit(100, models=PAIR)
+    assert isinstance(decision, Wait) and decision.reason == "concurrency", decision
+    # 40 requests that wait for first: its slot is ~41 s away for the next request,
+    # later than second would finish it
+    assert all(isinstance(d, Wait) for d in router.admit_many(
+        [AdmitRequest(100, models=["first"]) for _ in range(40)]))
+    assert _take(router, PAIR) == "second"
