@@ -27,7 +27,7 @@ __all__ = ["OPERATIONS", "model_keys", "script_source"]
 #: carries: setting up unused libraries cost ~10 µs a call on the Redis thread).
 _LIBRARIES: dict[str, tuple[str, ...]] = {
     "admit": ("prelude", "budget", "effective", "guard", "model_state", "kinds", "capacity", "fair",
-              "reports", "finish", "waiters", "history"),
+              "reports", "finish", "listed", "waiters", "history"),
     "complete": ("prelude", "budget", "history", "health", "effective", "guard", "kinds"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),

@@ -112,6 +112,9 @@ local function decide(req)
     end
   end
   local fair = not (req.ordered and req.ms)
+  -- an ordered list's comparison of its models' likely finishes (lib/listed.lua)
+  local hold = nil
+  if not fair then hold = listed_start(req, names) end
   local order, lat, mean, group = nil, nil, nil, nil
   if fair then order, lat, mean, group = finish_order(names, req.hedge) end
   -- the fair share's pool (next_fair takes from it), when it decides alone
@@ -124,8 +127,9 @@ local function decide(req)
   local soonest, soon_m = nil, nil
   local why, tried = {}, 0
   -- an ordered list's first model with room but at or over its overflow threshold: taken
-  -- only if no later model below its own threshold has room
-  local spill = nil
+  -- only if no later model below its own threshold has room (nor an earlier one below
+  -- its threshold would finish the request sooner: then `held`, lib/listed.lua)
+  local spill, held = nil, nil
   for k = 1, #names do
     local m = names[k]
     local passed = false
@@ -157,12 +161,20 @@ local function decide(req)
                                 function() return held_back(m, rank, req.rid, req.hot) end)
         if wait == 0 then wait, w = budget_wait(m, view.q, need) end
         if wait == 0 and (fair or not over_threshold(st)) then
-          return take(st, req, fair, queued)
+          local for_m, hw, hr = listed_holds(hold, m)
+          if not for_m then return take(st, req, fair, queued) end
+          held = {for_m, hw, hr}
+          break
         end
         if wait == 0 then
-          spill = spill or st
-        elseif not best or wait < best then
-          best, reason, on = wait, w, m
+          if not spill then
+            spill = st
+            local for_m, hw, hr = listed_holds(hold, m)
+            if for_m then held = {for_m, hw, hr} end
+          end
+        else
+          if not best or wait < best then best, reason, on = wait, w, m end
+          listed_note(hold, st, wait, w, req, rank, queued)
         end
         if order then
           local fin = likely_wait(st, wait, w, req, rank, queued, mean[m])
@@ -176,7 +188,13 @@ local function decide(req)
       end
     end
   end
-  if spill then return take(spill, req, fair, queued) end
+  if held then
+    -- a listed request held for an earlier model that would likely finish it sooner
+    best, on, reason = held[2], held[1], held[3]
+    soon_m = on
+  elseif spill then
+    return take(spill, req, fair, queued)
+  end
   if tried == 0 then
     if why.too_large then return {'E', 'too_large', why.too_large} end
     if why.too_costly then return {'E', 'too_costly', why.too_costly} end
