@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["ChildExited", "log_tail", "start_child"]
+__all__ = ["ChildExited", "ChildServer", "log_tail", "start_child", "stop_child"]
 
 #: how many of its log's last lines an error about a child carries
 TAIL_LINES = 20
@@ -73,6 +75,44 @@ def start_child(command: Sequence[str], *, log: Path, ready: Callable[[int], boo
             proc.wait()
             raise
     return proc
+
+
+def stop_child(proc: subprocess.Popen[bytes] | None, timeout_s: float = 10) -> None:
+    """Stop a child that may still run: SIGTERM, then SIGKILL after ``timeout_s``."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+_ChildT = TypeVar("_ChildT", bound="ChildServer")
+
+
+class ChildServer:
+    """A server in a child process (:func:`start_child`) with a temporary directory of its
+    own (its config, its log); stopping it removes the directory. A context manager."""
+
+    _proc: subprocess.Popen[bytes] | None = None
+    _dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def start(self: _ChildT) -> _ChildT:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        stop_child(self._proc)
+        self._proc = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self: _ChildT) -> _ChildT:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], log: Path, ready: Callable[[int], bool],

@@ -20,7 +20,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from llm_router_devkit.processes import start_child
+from llm_router_devkit.processes import ChildServer, start_child
 from llm_router_devkit.simulator.app import create_app
 from llm_router_devkit.simulator.profile import SimulatorProfile
 from llm_router_devkit.simulator.provider import SimulatedBackend
@@ -146,7 +146,7 @@ class SimulatorServer:
         self.stop()
 
 
-class SimulatorProcess:
+class SimulatorProcess(ChildServer):
     """The simulator in a process of its own, as a real backend would be.
 
     In-process (:class:`SimulatorServer`), the simulator shares the interpreter with its
@@ -202,22 +202,3 @@ class SimulatorProcess:
             self.stop()
             raise
         return self
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
-
-    def __enter__(self) -> SimulatorProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
