@@ -49,11 +49,10 @@ end
 function SPEED.fairq(m, tag, aside)
   local keep, drop = '0' .. m, '1' .. m
   if aside then keep, drop = drop, keep end
-  if redis.call('ZREM', K_FAIRQ, drop) == 1 then
-    redis.call('ZADD', K_FAIRQ, string.format('%.17g', tag), keep)
-  else
-    redis.call('ZADD', K_FAIRQ, 'XX', string.format('%.17g', tag), keep)
-  end
+  tag = string.format('%.17g', tag)
+  -- one call where it keeps its form (an admission's tag always moves: CH counts it)
+  if redis.call('ZADD', K_FAIRQ, 'XX', 'CH', tag, keep) == 1 then return end
+  if redis.call('ZREM', K_FAIRQ, drop) == 1 then redis.call('ZADD', K_FAIRQ, tag, keep) end
 end
 
 -- The number of models with a quota, once both orders hold each of them: an index that
