@@ -19,6 +19,9 @@ do
 local CHUNK = 32  -- names read from an order at once (a large group's scan: 4 first)
 local SMALL = 64  -- a group of equally fast models this size or less is read whole
 local N, ALONE, GROUPS = nil, nil, {}
+-- With no more models than a small group holds, the whole order by speed, read at once
+-- ({names, speeds}): the groups are then cut from it, not read one by one.
+local ALL = nil
 -- Models of other groups met at or below the virtual time while a large group was
 -- scanned: set aside, at it (their start tag, V, does not change), after the idle models
 -- not set aside, so the next scan does not meet them again before the group's own. (Models
@@ -33,7 +36,36 @@ local function num(x) return string.format('%.17g', x) end
 local function setup()
   if N then return end
   N = SPEED.check()
-  ALONE = N < 2 or #redis.call('ZRANGEBYSCORE', K_SPEED, '+inf', '+inf', 'LIMIT', 0, 1) > 0
+  if N <= SMALL then
+    local raw = redis.call('ZRANGE', K_SPEED, 0, -1, 'WITHSCORES')
+    ALL = {names = {}, speeds = {}}
+    for k = 1, #raw, 2 do
+      ALL.names[#ALL.names + 1], ALL.speeds[#ALL.speeds + 1] = raw[k], tonumber(raw[k + 1])
+    end
+    ALONE = N < 2 or ALL.speeds[N] == math.huge
+  else
+    ALONE = N < 2 or #redis.call('ZRANGEBYSCORE', K_SPEED, '+inf', '+inf', 'LIMIT', 0, 1) > 0
+  end
+end
+
+-- Group i cut from ALL (see group_at).
+local function group_in_all(i)
+  local start = 1
+  if i > 1 then
+    local prev = GROUPS[i - 1]
+    if not prev then return false end
+    start = prev.last + 1
+  end
+  local speeds = ALL.speeds
+  if start > #speeds then return false end
+  local grp = {L = speeds[start], B = SPEED.tier * speeds[start], names = {}, lat = {}}
+  local last = start
+  while last < #speeds and speeds[last + 1] <= grp.B do last = last + 1 end
+  for k = start, last do
+    grp.names[#grp.names + 1], grp.lat[ALL.names[k]] = ALL.names[k], speeds[k]
+  end
+  grp.g, grp.last = last - start + 1, last
+  return grp
 end
 
 -- Group i of equally fast models ({L: its lead's likely latency, B: the bound of its
@@ -42,6 +74,11 @@ end
 local function group_at(i)
   local grp = GROUPS[i]
   if grp ~= nil then return grp end
+  if ALL then
+    if i > 1 then group_at(i - 1) end
+    GROUPS[i] = group_in_all(i)
+    return GROUPS[i]
+  end
   local got
   if i == 1 then
     got = redis.call('ZRANGE', K_SPEED, 0, 0, 'WITHSCORES')
@@ -166,6 +203,7 @@ end
 -- declares for the next call (every model, when there are no more).
 function ANYORDER.head(depth)
   setup()
+  if ALL and N <= depth then return ALL.names end
   if N <= depth then return redis.call('ZRANGE', K_SPEED, 0, -1) end
   local walk = ANYORDER.walk()
   local head = {}
