@@ -17,9 +17,10 @@ Raw figures go to ``bench/out/scale.json``; a table is printed; ``--plot`` also 
 inflates every figure alike: compare within one run (the ratio column).
 
 ``--ab REF``: any-model admissions only, single and batched, the working tree's Lua and
-REF's on two namespaces of one server, in rounds that alternate between them (a loaded
-machine then slows both alike): the median Redis µs per admission of each, and its ratio
-to the fewest models (raw: ``bench/out/scale-ab.json``).
+REF's each on a private server of its own (Redis runs every script in one Lua VM: the
+garbage one side's scripts leave is collected while the other's run), in rounds that
+alternate between them (a loaded machine then slows both alike): the median Redis µs per
+admission of each, and its ratio to the fewest models (raw: ``bench/out/scale-ab.json``).
 """
 
 from __future__ import annotations
@@ -179,14 +180,16 @@ def plot(points: Sequence[Point], path: Path) -> bool:
     return True
 
 
-def ab(url: str, model_counts: Sequence[int], ref: str, rounds: int, calls: int
+def ab(urls: Sequence[str], model_counts: Sequence[int], ref: str, rounds: int, calls: int
        ) -> list[dict[str, Any]]:
-    """Interleaved rounds of any-model admissions, the working tree's Lua against ``ref``'s."""
-    r = redis.Redis.from_url(url)
+    """Interleaved rounds of any-model admissions, the working tree's Lua (on ``urls[0]``)
+    against ``ref``'s (on ``urls[1]``)."""
+    servers = {"tree": redis.Redis.from_url(urls[0]), ref: redis.Redis.from_url(urls[1])}
     rows: list[dict[str, Any]] = []
     for models in model_counts:
-        r.flushall()
-        clients = {"tree": client_with(url, None), ref: client_with(url, ref)}
+        for r in servers.values():
+            r.flushall()
+        clients = {"tree": client_with(urls[0], None), ref: client_with(urls[1], ref)}
         for client in clients.values():
             for k in range(models):
                 client.set_quota(f"m{k}", HUGE)
@@ -196,7 +199,8 @@ def ab(url: str, model_counts: Sequence[int], ref: str, rounds: int, calls: int
             got: dict[str, list[float]] = {name: [] for name in clients}
             for _ in range(rounds):
                 for name, client in clients.items():
-                    got[name].append(measure(client, r, models, 0, batch, n).redis_us)
+                    got[name].append(measure(client, servers[name], models, 0, batch,
+                                             n).redis_us)
             row = {"models": models, "batch": batch,
                    **{name: statistics.median(v) for name, v in got.items()}}
             rows.append(row)
@@ -206,7 +210,8 @@ def ab(url: str, model_counts: Sequence[int], ref: str, rounds: int, calls: int
                 for name in clients), flush=True)
         for client in clients.values():
             client.close()
-    r.close()
+    for r in servers.values():
+        r.close()
     return rows
 
 
@@ -229,12 +234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = PrivateRedis()
     server.start()
     if args.ab:
+        other = PrivateRedis()
         try:
+            other.start()
             print(f"{'models':>6} {'batch':>5} Redis µs per any-model admission, median of "
                   f"{args.rounds} rounds (ratio to the fewest models)")
-            rows = ab(server.url, args.models, args.ab, args.rounds, args.calls)
+            rows = ab([server.url, other.url], args.models, args.ab, args.rounds, args.calls)
         finally:
             server.close()
+            other.close()
         out = args.out.with_name("scale-ab.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         load = os.getloadavg()
