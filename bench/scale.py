@@ -1,6 +1,7 @@
 """How an admission's cost grows with the number of models: a curve, not a point.
 
     python -m bench.scale [--models 10 100 1000] [--lists 1 10 50] [--calls 300] [--plot]
+    python -m bench.scale --ab main [--models 10 1000] [--rounds 5]
 
 On a private ``redis-server`` (other users of a shared one would count), one sync caller,
 quotas far above what the run uses (every request is admitted, so the cost measured is the
@@ -14,6 +15,12 @@ completions alternate in blocks; only the admissions' blocks are measured.
 Raw figures go to ``bench/out/scale.json``; a table is printed; ``--plot`` also draws
 ``bench/out/scale.png`` when matplotlib is installed. A machine shared with other work
 inflates every figure alike: compare within one run (the ratio column).
+
+``--ab REF``: any-model admissions only, single and batched, the working tree's Lua and
+REF's each on a private server of its own (Redis runs every script in one Lua VM: the
+garbage one side's scripts leave is collected while the other's run), in rounds that
+alternate between them (a loaded machine then slows both alike): the median Redis µs per
+admission of each, and its ratio to the fewest models (raw: ``bench/out/scale-ab.json``).
 """
 
 from __future__ import annotations
@@ -173,6 +180,41 @@ def plot(points: Sequence[Point], path: Path) -> bool:
     return True
 
 
+def ab(urls: Sequence[str], model_counts: Sequence[int], ref: str, rounds: int, calls: int
+       ) -> list[dict[str, Any]]:
+    """Interleaved rounds of any-model admissions, the working tree's Lua (on ``urls[0]``)
+    against ``ref``'s (on ``urls[1]``)."""
+    servers = {"tree": redis.Redis.from_url(urls[0]), ref: redis.Redis.from_url(urls[1])}
+    rows: list[dict[str, Any]] = []
+    for models in model_counts:
+        for r in servers.values():
+            r.flushall()
+        clients = {"tree": client_with(urls[0], None), ref: client_with(urls[1], ref)}
+        for client in clients.values():
+            for k in range(models):
+                client.set_quota(f"m{k}", HUGE)
+            learn(client, models)
+        for batch in (1, BATCH):
+            n = calls if batch == 1 else max(4, calls // 16)
+            got: dict[str, list[float]] = {name: [] for name in clients}
+            for _ in range(rounds):
+                for name, client in clients.items():
+                    got[name].append(measure(client, servers[name], models, 0, batch,
+                                             n).redis_us)
+            row = {"models": models, "batch": batch,
+                   **{name: statistics.median(v) for name, v in got.items()}}
+            rows.append(row)
+            base = next(x for x in rows if x["batch"] == batch)
+            print(f"{models:>6} {batch:>5} " + " ".join(
+                f"{name} {row[name]:>9.1f} µs ({row[name] / base[name]:.2f}x)"
+                for name in clients), flush=True)
+        for client in clients.values():
+            client.close()
+    for r in servers.values():
+        r.close()
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale",
                                 description=(__doc__ or "").split("\n\n")[0])
@@ -185,9 +227,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT / "scale.json")
     p.add_argument("--ref", help="measure the engine's Lua at this git ref (e.g. main) instead "
                    "of the working tree's")
+    p.add_argument("--ab", metavar="REF", help="any-model only, the working tree's Lua and "
+                   "REF's in alternating rounds")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of --ab")
     args = p.parse_args(argv)
     server = PrivateRedis()
     server.start()
+    if args.ab:
+        other = PrivateRedis()
+        try:
+            other.start()
+            print(f"{'models':>6} {'batch':>5} Redis µs per any-model admission, median of "
+                  f"{args.rounds} rounds (ratio to the fewest models)")
+            rows = ab([server.url, other.url], args.models, args.ab, args.rounds, args.calls)
+        finally:
+            server.close()
+            other.close()
+        out = args.out.with_name("scale-ab.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        load = os.getloadavg()
+        out.write_text(json.dumps({"load_average": load, "ref": args.ab, "rows": rows},
+                                  indent=1))
+        print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; raw: {out}")
+        return 0
     try:
         print(HEADER)
         points = curve(server.url, args.models, args.lists, args.calls, args.ref)

@@ -97,6 +97,10 @@ class RouterCore:
         #: The models with a quota, as last read: declared by calls that may touch any
         #: model; re-read when a script finds one missing (:meth:`_any_model`).
         self.models: tuple[str, ...] | None = None
+        #: The head of the order any-model requests try the models in, as the last admit
+        #: call named it (lib/anyorder.lua): what such requests declare, instead of every
+        #: model; None until a call names it (an engine that does not: every model).
+        self.head: tuple[str, ...] | None = None
         s = settings
         self.settings_arg = "|".join([
             *(str(int(v)) for v in (
@@ -218,18 +222,47 @@ class RouterCore:
 
     def _admit_chunk(self, chunk: Sequence[AdmitRequest]) -> Step[Any]:
         """One admit call: it declares the models the requests name and, if any may go to
-        any model, every model known (re-read if the script meets one added since)."""
-        items = tuple(encode_request(r) for r in chunk)
-        named = _unique(m for r in chunk for m in r.models or ())
-
-        def admit(known: tuple[str, ...]) -> Step[Any]:
-            reply = yield Script("admit", items=items, models=_unique((*named, *known)))
-            return reply
-
+        any model, the head of the order such requests try (:attr:`head`), or every model
+        known where a request hedges or no head is known yet. Requests that answer stale
+        (they would try a model not declared) are sent again declaring more: the head the
+        reply names and the model they met, then every model, re-read."""
+        items = [encode_request(r) for r in chunk]
         if all(r.models is not None for r in chunk):
-            return (yield from admit(()))
-        return (yield from self._any_model(
-            admit, lambda reply: any(text(d[0]) == "S" for d in reply)))
+            named = _unique(m for r in chunk for m in r.models or ())
+            got = yield Script("admit", items=tuple(items), models=named)
+            return self._take_head(got, len(items))  # merged with any-model callers
+        every = self.head is None or any(r.models is None and r.hedges_late for r in chunk)
+        tries = ("all", "read", "read") if every else ("head", "head", "read", "read")
+        reply: list[Any] = [None] * len(items)
+        todo = list(range(len(items)))
+        met: tuple[str, ...] = ()  # models requests went stale on
+        for how in tries:
+            if how == "head":
+                declared = (*(self.head or ()), *met)
+            elif how == "read" or self.models is None:
+                declared = yield from self.read_models()
+            else:
+                declared = self.models
+            named = _unique(m for k in todo for m in chunk[k].models or ())
+            got = yield Script("admit", items=tuple(items[k] for k in todo),
+                               models=_unique((*named, *declared)))
+            got = self._take_head(got, len(todo))
+            for k, d in zip(todo, got, strict=True):
+                reply[k] = d
+            todo = [k for k in todo if text(reply[k][0]) == "S"]
+            if not todo:
+                return reply
+            met = _unique((*met, *(text(reply[k][1]) for k in todo)))
+        raise RouterError(
+            f"router namespace {self.settings.namespace!r}: models were added faster "
+            f"than this client could declare them ({len(tries)} tries); retry")
+
+    def _take_head(self, reply: Sequence[Any], n: int) -> list[Any]:
+        """The decisions of an admit reply (its first ``n`` entries); the head it names
+        after them, if any, becomes :attr:`head`."""
+        if len(reply) > n and text(reply[n][0]) == "H":
+            self.head = tuple(text(m) for m in reply[n][1:])
+        return list(reply[:n])
 
     def heartbeat_many(self, lease_ids: Sequence[str]) -> Step[list[float | None]]:
         if not lease_ids:

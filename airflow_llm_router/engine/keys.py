@@ -64,6 +64,13 @@ ROUTER_KEYS: dict[str, str] = {
     #      the drains report of the work not yet claimed, so admission sees the whole
     #      backlog, not only the requests waiting in it (lib/finish.lua)
     "K_BACKLOG": "backlog",
+    # ZSET model -> its likely latency, ms (lib/finish.lua; 'inf': nothing known of it):
+    #      the order an any-model request tries the models in, kept as the estimates change
+    #      so a request reads its head, not every model (lib/speed.lua, lib/anyorder.lua)
+    "K_SPEED": "speed",
+    # ZSET model -> its fair-share finish tag (K_FAIR's, or the virtual time it rejoins
+    #      at): the fair-share order of an any-model request, read from its head
+    "K_FAIRQ": "fairq",
 }
 
 #: Per-model keys: Lua function name -> key infix (the model name follows it).

@@ -41,9 +41,12 @@ class ScriptMerger:
         items = tuple(item for action in actions for item in action.items or ())
         models = tuple(dict.fromkeys(m for action in actions for m in action.models))
         reply = await self._run(Script(op, items=items, models=models))
+        # what a reply adds after its items' entries (admit: the head of the any-model
+        # order, core.py) goes to every caller
+        extra = list(reply[len(items):])
         out, start = [], 0
         for action in actions:
             n = len(action.items or ())
-            out.append(list(reply[start:start + n]))
+            out.append(list(reply[start:start + n]) + extra)
             start += n
         return out

@@ -26,12 +26,13 @@ __all__ = ["OPERATIONS", "model_keys", "script_source"]
 #: Each operation and the libraries it uses, in load order (each call pays for the Lua it
 #: carries: setting up unused libraries cost ~10 µs a call on the Redis thread).
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "admit": ("prelude", "budget", "effective", "guard", "model_state", "kinds", "capacity", "fair",
-              "reports", "finish", "listed", "waiters", "history"),
-    "complete": ("prelude", "budget", "history", "health", "effective", "guard", "kinds"),
+    "admit": ("prelude", "budget", "effective", "guard", "model_state", "kinds", "capacity",
+              "speed", "fair", "reports", "finish", "anyorder", "listed", "waiters", "history"),
+    "complete": ("prelude", "budget", "history", "health", "effective", "guard", "kinds",
+                 "speed"),
     "heartbeat": ("prelude",),
     "sent": ("prelude",),
-    "set_quota": ("prelude", "history", "guard"),
+    "set_quota": ("prelude", "history", "guard", "speed"),
     "delete_quota": ("prelude", "guard"),
     "start_recovery": ("prelude", "guard"),
     "master_moved": ("prelude", "guard"),

@@ -13,10 +13,15 @@
 -- lib/finish.lua)} | {'W', wait ms, reason}
 --                    | {'E', reason, model or ''}
 --                    | {'S', model}: nothing decided, a request may go to any model and
---                      this model's keys were not declared (re-read the models, retry)
+--                      this model's keys were not declared (retry it declaring them)
+-- then, when a request may go to any model: {'H', model, ...}: the head of the order such
+-- requests try the models in (lib/anyorder.lua), the models to declare for the next ones.
+-- A request for any model that hedges (ordered over every model: lib/finish.lua) needs
+-- every model declared; without one undeclared, every request answers 'S'. Any other
+-- any-model request answers 'S' alone when it would try a model past the declared head.
 local reqs = cjson.decode(ARGV[2])
 for _, r in ipairs(reqs) do
-  if type(r[7]) ~= 'table' then
+  if type(r[7]) ~= 'table' and r[11] == 1 then
     local m = undeclared_model()
     if m then
       local stale = {}
@@ -55,8 +60,9 @@ local function reuse(req)
   if not lid then return nil end
   local m = split_model(lid)
   -- a lease on a model the caller did not declare (not among the request's models now)
-  -- is not handed out again: the request gets a lease on a model it allows
-  if not DECLARED[m] then return nil end
+  -- is not handed out again: the request gets a lease on a model it allows (for a request
+  -- that may take any model: it goes stale, naming the model, to find the lease again)
+  if not DECLARED[m] then return nil, m end
   local exp = redis.call('ZSCORE', K_LIVE(m), lid)
   if not exp or tonumber(exp) <= NOW then return nil end
   return {'A', m, lid, tonumber(exp) - NOW, 1, late_after(m)}
@@ -102,10 +108,24 @@ end
 -- model's state is loaded only when it is tried, so an admission usually touches one
 -- model however many there are.
 local function decide(req)
-  local again = reuse(req)
+  local again, away = reuse(req)
   if again then return again end
-  local names = req.ms or model_names()
-  if #names == 0 then return {'E', 'no_models', ''} end
+  -- an any-model request reads its candidates from the head of the index
+  -- (lib/anyorder.lua), unless its caller hedges
+  local walk, count, names, lat, mean, group = nil, nil, req.ms, nil, nil, nil
+  local function stale(m, k)
+    ANYORDER.depth = math.max(ANYORDER.depth, k)
+    return {'S', m}
+  end
+  if not req.ms and not req.hedge then
+    ANYORDER.n = ANYORDER.n + 1
+    if away then return stale(away, 0) end
+    walk, lat, mean, group, count = ANYORDER.walk()
+  else
+    names = names or model_names()
+    count = #names
+  end
+  if count == 0 then return {'E', 'no_models', ''} end
   if req.ms then
     for _, m in ipairs(names) do
       if not model_view(m) then return {'E', 'unknown_model', m} end
@@ -115,11 +135,11 @@ local function decide(req)
   -- an ordered list's comparison of its models' likely finishes (lib/listed.lua)
   local hold = nil
   if not fair then hold = listed_start(req, names) end
-  local order, lat, mean, group = nil, nil, nil, nil
-  if fair then order, lat, mean, group = finish_order(names, req.hedge) end
+  local order = nil
+  if fair and not walk then order, lat, mean, group = finish_order(names, req.hedge) end
   -- the fair share's pool (next_fair takes from it), when it decides alone
   local pool = {}
-  if fair and not order then
+  if fair and not order and not walk then
     for k, m in ipairs(names) do pool[k] = m end
   end
   -- soonest: the earliest likely finish (ms from now) among the models tried
@@ -130,21 +150,26 @@ local function decide(req)
   -- only if no later model below its own threshold has room (nor an earlier one below
   -- its threshold would finish the request sooner: then `held`, lib/listed.lua)
   local spill, held = nil, nil
-  for k = 1, #names do
-    local m = names[k]
+  for k = 1, count do
+    local m = names and names[k]
     local passed = false
-    if order then
+    if walk then
+      m = walk()
+      if not m then break end
+      ANYORDER.depth = math.max(ANYORDER.depth, k)
+    elseif order then
       m = order[k]
-      if soon_m then
-        -- even with room now its group would end later; so would the groups after it
-        local bar = finish_bar(group[m], soonest, soon_m, lat, group)
-        if group[m] >= bar then break end
-        -- a member slower than its group's fastest may end later on its own
-        passed = lat[m] >= bar
-      end
     elseif fair then
       m = next_fair(pool)
     end
+    if lat and soon_m then
+      -- even with room now its group would end later; so would the groups after it
+      local bar = finish_bar(group[m], soonest, soon_m, lat, group)
+      if group[m] >= bar then break end
+      -- a member slower than its group's fastest may end later on its own
+      passed = lat[m] >= bar
+    end
+    if not passed and not DECLARED[m] then return stale(m, k) end
     if not passed then
       local view = model_view(m)
       local est = need_for(view, req)
@@ -176,7 +201,7 @@ local function decide(req)
           if not best or wait < best then best, reason, on = wait, w, m end
           listed_note(hold, st, wait, w, req, rank, queued)
         end
-        if order then
+        if lat then
           local fin = likely_wait(st, wait, w, req, rank, queued, mean[m])
           -- a request that waits is served no sooner than the backlog ahead of it
           -- (lib/finish.lua)
@@ -215,6 +240,7 @@ for k, r in ipairs(reqs) do
   out[k] = decide({rid = r[1], hot = r[2] == 1, s = r[3], i = r[4], o = r[5],
                    ordered = r[6] == 1, ms = ms, k = kind, bw = r[9] == 1,
                    lead = tonumber(r[10]) or 0, hedge = r[11] == 1})
+  ANYORDER.flush()
 end
 for _, st in pairs(STATE) do model_flush(st) end
 for m, n in pairs(WAITED) do redis.call('HINCRBY', K_STATS, m .. '|waited', n) end
@@ -225,5 +251,12 @@ if #NEW_LEASES > 0 then
   redis.call('HSET', K_REQUESTS, unpack(NEW_RIDS))
 end
 fair_save()
+if ANYORDER.n > 0 then
+  -- the head for the next call: as deep as this call's requests went, and a margin for
+  -- what other callers admit meanwhile (lib/anyorder.lua)
+  local depth = math.min(256, 16 + 2 * ANYORDER.n + 2 * ANYORDER.depth)
+  out[#out + 1] = {'H', unpack(ANYORDER.head(depth))}
+  ANYORDER.flush()
+end
 if RELEASED then notify('*') end
 return out

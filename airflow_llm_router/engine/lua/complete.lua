@@ -214,6 +214,7 @@ for _, m in ipairs(models) do
     local q = quota_of(m)
     return q and q.lat and q.lat * 1000 or nil
   end)
+  if #latencies > 0 then SPEED.note(m, quota_of(m) or false, false) end  -- lib/speed.lua
   observe_p95(K_OBS(m), K_EST, m, outputs, recompute, function()
     local q = quota_of(m)
     return q and q.oprior or nil

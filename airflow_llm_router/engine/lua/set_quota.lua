@@ -14,6 +14,7 @@ if old ~= ARGV[3] then
   if was and was.win ~= q.win then guard_hold(m, guard_read(m, was) - guard_read(m, q)) end
 end
 local created = redis.call('HSET', K_QUOTAS, m, ARGV[3])
+SPEED.note(m, cjson.decode(ARGV[3]), true)  -- its prior latency may have changed
 -- keys of a deleted model were set to expire; keep them now that it is back
 redis.call('PERSIST', K_WIN(m))
 redis.call('PERSIST', K_WTOK(m))

@@ -37,7 +37,8 @@ class TrafficLog:
 
         with self.lock:
             if op == "admit":
-                for req, r in zip(json.loads(args[0]), reply, strict=True):
+                reqs = json.loads(args[0])  # the reply may name the any-model head after
+                for req, r in zip(reqs, reply[:len(reqs)], strict=True):
                     if r[0] in (b"A", "A") and not int(r[4]):
                         lid = r[2].decode() if isinstance(r[2], bytes) else r[2]
                         model = r[1].decode() if isinstance(r[1], bytes) else r[1]

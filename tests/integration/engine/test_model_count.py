@@ -1,5 +1,7 @@
-"""An admission on a list of models costs the same however many models the namespace has:
-it reads the quotas and estimates of the models it tries, not every model's.
+"""An admission costs about the same however many models the namespace has: a request on
+a list of models reads the quotas and estimates of the models it tries, not every model's;
+a request for any model reads the head of the order the engine keeps (lib/anyorder.lua) and
+declares only that head's keys.
 
 On a private Redis, so the server's command counts are this test's alone."""
 
@@ -18,6 +20,7 @@ from airflow_llm_router.engine import (
     RouterClient,
     RouterSettings,
 )
+from airflow_llm_router.engine.core import Script
 from llm_router_devkit.redis_tools import PrivateRedis
 
 HUGE = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 10**6, "window_s": 60}
@@ -93,3 +96,75 @@ def test_a_listed_admission_costs_about_the_same_over_1000_models(server: Privat
         few.close()
         many.close()
         r.close()
+
+
+def _any_cost(r: redis.Redis, client: RouterClient, calls: int) -> tuple[float, float, int]:
+    """Per single any-model admission: the Redis commands its script ran, the keys it
+    declared (the most of any call), and the HKEYS and HGETALL run (reading every model)."""
+    declared: list[int] = []
+    script_keys = client.core.script_keys
+
+    def counted(action: Script) -> list[str]:
+        keys = script_keys(action)
+        if action.op == "admit":
+            declared.append(len(keys))
+        return keys
+
+    client.core.script_keys = counted  # type: ignore[method-assign]
+    try:
+        before = _calls(r)
+        for _ in range(calls):
+            got = client.admit(100)
+            assert isinstance(got, Admission)
+        after = _calls(r)
+    finally:
+        client.core.script_keys = script_keys  # type: ignore[method-assign]
+    ran = {k: after[k] - before.get(k, 0) for k in after}
+    own = sum(n for k, n in ran.items() if k not in ("evalsha", "info", "script|load"))
+    return own / calls, max(declared), ran.get("hkeys", 0) + ran.get("hgetall", 0)
+
+
+def test_an_any_model_admission_costs_about_the_same_over_1000_models(
+        server: PrivateRedis) -> None:
+    few, many = _namespace(server.url, "anyfew", 10), _namespace(server.url, "anylots", 1000)
+    r = redis.Redis.from_url(server.url)
+    try:
+        for client in (few, many):
+            client.admit(100)  # the first call declares every model; its reply, the head
+        # what it ran and declared: counted, not timed, so a loaded machine cannot move it
+        few_cmds, few_keys, _ = _any_cost(r, few, 20)
+        many_cmds, many_keys, scans = _any_cost(r, many, 20)
+        # before the index: 5,015 keys declared and every model's name, latency and tag
+        # read (HKEYS, HMGETs of 2,000 fields): 30-90 times the Redis time over 10 models
+        assert scans == 0
+        assert many_keys <= 4 * few_keys, (few_keys, many_keys)
+        assert many_cmds <= 1.5 * few_cmds, (few_cmds, many_cmds)
+        # batched: the head declared grows with the batch, not with the models
+        _, batch_keys, scans = _any_cost_batched(r, many)
+        assert scans == 0 and batch_keys < 1000, batch_keys
+    finally:
+        few.close()
+        many.close()
+        r.close()
+
+
+def _any_cost_batched(r: redis.Redis, client: RouterClient) -> tuple[int, int, int]:
+    sizes: list[int] = []
+    script_keys = client.core.script_keys
+
+    def counted(action: Script) -> list[str]:
+        keys = script_keys(action)
+        sizes.append(len(keys))
+        return keys
+
+    client.core.script_keys = counted  # type: ignore[method-assign]
+    try:
+        before = _calls(r)
+        for _ in range(4):
+            got = client.admit_many([AdmitRequest(100) for _ in range(64)])
+            assert all(isinstance(d, Admission) for d in got)
+        after = _calls(r)
+    finally:
+        client.core.script_keys = script_keys  # type: ignore[method-assign]
+    scans = sum(after.get(k, 0) - before.get(k, 0) for k in ("hkeys", "hgetall"))
+    return len(sizes), max(sizes), scans

@@ -51,6 +51,9 @@ local function fair_charge(m, weight)
   f.tags[m] = start + 1 / weight
   f.changed[m] = true
   f.n = f.n + 1
+  -- the fair order any-model requests read (lib/speed.lua), at once: a later request of
+  -- this call reads it from Redis
+  SPEED.fairq(m, f.tags[m])
 end
 
 local function fair_save()

@@ -18,12 +18,12 @@ do
 -- call more for a fast model costs a fraction of a second, one slow call that strays costs
 -- the whole backlog its excess. So a slow model is judged by about the 99th percentile of
 -- its latency (five mean deviations of a log-normal at the spreads seen), not its mean.
-local FINISH_SPREAD = 5
+local FINISH_SPREAD = SPEED.spread  -- 5 (lib/speed.lua keeps the models in this order)
 -- The least mean deviation assumed, as a share of the mean: latencies spread in proportion
 -- to the mean (about half of it at the spreads seen), and a deviation learned from a
 -- model's first calls, the short ones that ended first, is too small: a likely latency is
 -- never under 1 + 5/2 times the mean.
-local SPREAD_FLOOR = 0.5
+local SPREAD_FLOOR = SPEED.floor  -- 0.5
 
 -- A model's mean latency plus `spread` mean deviations, and its mean (ms), or nil when
 -- nothing is known of it (m has a quota). The quota is decoded only for its prior, when
@@ -100,7 +100,8 @@ end
 -- drain alone.
 local HORIZON = nil
 
--- What each model (of those declared to this call) could start within t ms, from its
+-- What each model (of those declared to this call: an any-model request declares the head
+-- of its order, lib/anyorder.lua) could start within t ms, from its
 -- window log: the room in its window now (its rpm, or its tpm at its learned output per
 -- call, less what the window holds), plus the entries that leave the window by then
 -- (a model that took its window in a burst gets it back in a burst: a window-blind rate
@@ -113,9 +114,9 @@ local HORIZON = nil
 -- evenly over it).
 local function backlog_capacity()
   local ms = {}
-  for _, m in ipairs(model_names()) do
-    if DECLARED[m] then
-      local view = model_view(m)
+  for m in pairs(DECLARED) do
+    local view = model_view(m)
+    if view then
       local q = view.q
       local per_win = math.min(q.rpm, q.tpm / math.max(1, view.est))
       local since = NOW - q.win
@@ -175,7 +176,7 @@ end
 -- about twice as long, ended the run (measured on W4 without Airflow, python -m
 -- bench.direct; docs/engine.md, "Finish-time choice"). The hedged latencies still order the
 -- candidates and say when a group is passed.
-local FINISH_TIER = 1.5
+local FINISH_TIER = SPEED.tier  -- 1.5
 
 -- A caller that hedges late calls (the request's `hedge`: solver/hedging.py) sends a
 -- call's prompt to another model as well once the call is late, when nothing of its

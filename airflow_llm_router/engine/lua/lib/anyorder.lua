@@ -1,0 +1,229 @@
+-- The candidates of an any-model request, read from the head of the orders lib/speed.lua
+-- keeps, in the order admission tries them: by likely finish (groups of equally fast
+-- models, fastest first: lib/finish.lua), each group in fair-share order; or, while a
+-- model's latency is unknown, every model in fair-share order alone. The fair order of
+-- the index is by finish tag: the start tag max(F, V) rises with F, and tags at or below
+-- the virtual time V (an idle model: its start is V either way) tie, in any order.
+-- A request reads as many candidates as it tries (usually one), so its cost does not grow
+-- with the number of models; the caller declares only the head of the order (the reply
+-- names it: admit.lua) and a request that would try a model past it answers 'stale'.
+-- Callers that hedge late calls are still ordered by lib/finish.lua over every model: a
+-- hedged latency depends on the fastest candidate's, and its groups are not ranges of
+-- the index.
+-- ANYORDER: this library's functions (walk, head, flush) and what admit.lua counts of a
+-- call's any-model requests (n: how many; depth: the deepest place in the order one of
+-- them reached, or went stale at: the head named in the reply reaches past it, so requests
+-- that pass full models find the head they need declared the next time).
+local ANYORDER = {n = 0, depth = 0}
+do
+local CHUNK = 32  -- names read from an order at once (a large group's scan: 4 first)
+local SMALL = 64  -- a group of equally fast models this size or less is read whole
+local N, ALONE, GROUPS = nil, nil, {}
+-- With no more models than a small group holds, the whole order by speed, read at once
+-- ({names, speeds}): the groups are then cut from it, not read one by one.
+local ALL = nil
+-- Models of other groups met at or below the virtual time while a large group was
+-- scanned: set aside, at it (their start tag, V, does not change), after the idle models
+-- not set aside, so the next scan does not meet them again before the group's own. (Models
+-- seldom used sit at the bottom of the fair order, below every model that takes work; and
+-- the idle models of a group that takes work tie at V, in the order of their names: the
+-- group's models not served yet in a round would come after every other group's models
+-- that sort before them.)
+local ASIDE = {}
+
+local function num(x) return string.format('%.17g', x) end
+
+local function setup()
+  if N then return end
+  N = SPEED.check()
+  if N <= SMALL then
+    local raw = redis.call('ZRANGE', K_SPEED, 0, -1, 'WITHSCORES')
+    ALL = {names = {}, speeds = {}}
+    for k = 1, #raw, 2 do
+      ALL.names[#ALL.names + 1], ALL.speeds[#ALL.speeds + 1] = raw[k], tonumber(raw[k + 1])
+    end
+    ALONE = N < 2 or ALL.speeds[N] == math.huge
+  else
+    ALONE = N < 2 or #redis.call('ZRANGEBYSCORE', K_SPEED, '+inf', '+inf', 'LIMIT', 0, 1) > 0
+  end
+end
+
+-- Group i cut from ALL (see group_at).
+local function group_in_all(i)
+  local start = 1
+  if i > 1 then
+    local prev = GROUPS[i - 1]
+    if not prev then return false end
+    start = prev.last + 1
+  end
+  local speeds = ALL.speeds
+  if start > #speeds then return false end
+  local grp = {L = speeds[start], B = SPEED.tier * speeds[start], names = {}, lat = {}}
+  local last = start
+  while last < #speeds and speeds[last + 1] <= grp.B do last = last + 1 end
+  for k = start, last do
+    grp.names[#grp.names + 1], grp.lat[ALL.names[k]] = ALL.names[k], speeds[k]
+  end
+  grp.g, grp.last = last - start + 1, last
+  return grp
+end
+
+-- Group i of equally fast models ({L: its lead's likely latency, B: the bound of its
+-- members', g: its size}), or false past the last: the lead is the fastest model not in
+-- an earlier group, the members every model within SPEED.tier times of it.
+local function group_at(i)
+  local grp = GROUPS[i]
+  if grp ~= nil then return grp end
+  if ALL then
+    if i > 1 then group_at(i - 1) end
+    GROUPS[i] = group_in_all(i)
+    return GROUPS[i]
+  end
+  local got
+  if i == 1 then
+    got = redis.call('ZRANGE', K_SPEED, 0, 0, 'WITHSCORES')
+  else
+    local prev = group_at(i - 1)
+    if not prev then return false end
+    got = redis.call('ZRANGEBYSCORE', K_SPEED, '(' .. num(prev.B), '+inf', 'WITHSCORES',
+                     'LIMIT', 0, 1)
+  end
+  grp = false
+  if #got > 0 then
+    local L = tonumber(got[2])
+    grp = {L = L, B = SPEED.tier * L}
+    grp.g = redis.call('ZCOUNT', K_SPEED, num(L), num(grp.B))
+  end
+  GROUPS[i] = grp
+  return grp
+end
+
+-- A small group's members in fair order (their names read once per call), by start tag
+-- and name, as lib/finish.lua orders a list.
+local function small_order(grp, lat)
+  if not grp.names then
+    local raw = redis.call('ZRANGEBYSCORE', K_SPEED, num(grp.L), num(grp.B), 'WITHSCORES')
+    grp.names, grp.lat = {}, {}
+    for k = 1, #raw, 2 do
+      grp.names[#grp.names + 1], grp.lat[raw[k]] = raw[k], tonumber(raw[k + 1])
+    end
+  end
+  local f = fair_load(grp.names)
+  local order, tag = {}, {}
+  for k, m in ipairs(grp.names) do
+    order[k], tag[m], lat[m] = m, math.max(f.tags[m] or 0, f.v), grp.lat[m]
+  end
+  table.sort(order, function(a, b)
+    if tag[a] ~= tag[b] then return tag[a] < tag[b] end
+    return a < b
+  end)
+  local k = 0
+  return function()
+    k = k + 1
+    return order[k]
+  end
+end
+
+-- A large group's members in fair order, found by reading the fair order from its head
+-- and keeping the group's (a model's group: its likely latency within the group's range).
+local function big_order(grp, lat)
+  local v = fair_load({}).v
+  local pos, buf, k, found, step = 0, {}, 0, 0, 4
+  return function()
+    while found < grp.g do
+      k = k + 1
+      if k > #buf then
+        local raw = redis.call('ZRANGE', K_FAIRQ, pos, pos + step - 1, 'WITHSCORES')
+        step = math.min(CHUNK, 2 * step)
+        if #raw == 0 then return nil end
+        local names = {}
+        for j = 1, #raw, 2 do names[#names + 1] = string.sub(raw[j], 2) end
+        local speeds = redis.call('ZMSCORE', K_SPEED, unpack(names))
+        buf, k, pos = {}, 1, pos + #names
+        for j, m in ipairs(names) do
+          buf[j] = {m = m, tag = tonumber(raw[2 * j]), s = tonumber(speeds[j]),
+                    aside = string.sub(raw[2 * j - 1], 1, 1) == '1'}
+        end
+      end
+      local x = buf[k]
+      if x.s and x.s >= grp.L and x.s <= grp.B then
+        found = found + 1
+        lat[x.m] = x.s
+        return x.m
+      end
+      if x.tag < v or (x.tag == v and not x.aside) then ASIDE[x.m] = true end
+    end
+    return nil
+  end
+end
+
+-- The candidates of one any-model request: a function returning the next one (nil past
+-- the last); the likely latency, mean latency and group (its lead's likely latency) of
+-- each one returned, or nil for all three when the fair share decides alone; the number
+-- of models. Each request asks anew: admissions move the fair order.
+function ANYORDER.walk()
+  setup()
+  if ALONE then
+    local pos, buf, k = 0, {}, 0
+    return function()
+      k = k + 1
+      if k > #buf then
+        buf, k = redis.call('ZRANGE', K_FAIRQ, pos, pos + CHUNK - 1), 1
+        pos = pos + #buf
+      end
+      return buf[k] and string.sub(buf[k], 2)
+    end, nil, nil, nil, N
+  end
+  local lat, group = {}, {}
+  local mean = setmetatable({}, {__index = function(t, m)
+    local u = EST[m .. '|lat'] or model_view(m).q.lat * 1000
+    rawset(t, m, u)
+    return u
+  end})
+  local gi, cur, next_in = 0, nil, nil
+  return function()
+    while true do
+      if next_in then
+        local m = next_in()
+        if m then
+          group[m] = cur.L
+          return m
+        end
+        next_in = nil
+      end
+      gi = gi + 1
+      cur = group_at(gi)
+      if not cur then return nil end
+      if cur.g <= SMALL then next_in = small_order(cur, lat) else next_in = big_order(cur, lat) end
+    end
+  end, lat, mean, group, N
+end
+
+-- The first `depth` candidates an any-model request would try now: what the caller
+-- declares for the next call (every model, when there are no more).
+function ANYORDER.head(depth)
+  setup()
+  if ALL and N <= depth then return ALL.names end
+  if N <= depth then return redis.call('ZRANGE', K_SPEED, 0, -1) end
+  local walk = ANYORDER.walk()
+  local head = {}
+  for k = 1, depth do
+    head[k] = walk()
+    if not head[k] then break end
+  end
+  return head
+end
+
+-- Set aside the models ASIDE holds, at the virtual time (see ASIDE).
+function ANYORDER.flush()
+  if not next(ASIDE) then return end
+  local v, drop, add = num(fair_load({}).v), {}, {}
+  for m in pairs(ASIDE) do
+    drop[#drop + 1] = '0' .. m
+    add[#add + 1], add[#add + 2] = v, '1' .. m
+  end
+  redis.call('ZREM', K_FAIRQ, unpack(drop))
+  redis.call('ZADD', K_FAIRQ, unpack(add))
+  ASIDE = {}
+end
+end  -- of what this library keeps to itself

@@ -1,0 +1,103 @@
+"""An any-model request reads its candidates from the head of an order the engine keeps in
+Redis (lib/speed.lua, lib/anyorder.lua) and declares only that head: the choice is the one
+the engine made when it read every model (finish time, then fair share by weight), and a
+request that has to look past the head is sent again declaring more."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import redis
+
+from airflow_llm_router.engine import Admission, AdmitRequest, RouterClient, Wait
+from airflow_llm_router.engine.keys import RouterKeys
+
+ROOMY = {"rpm": 10**6, "tpm": 10**9, "max_concurrency": 10**4}
+
+
+def _models(router: RouterClient, n: int) -> Counter[str]:
+    got = router.admit_many([AdmitRequest(10) for _ in range(n)])
+    assert all(isinstance(d, Admission) for d in got), got
+    return Counter(d.model for d in got if isinstance(d, Admission))
+
+
+def test_a_large_group_shares_by_weight_and_slower_models_wait_their_turn(
+        router: RouterClient) -> None:
+    # 100 equally fast models (one group, larger than the engine reads whole), ten of them
+    # weighing twice; 30 slower ones, never needed: each round of the fair share gives
+    # the fast ones their weight, whatever the slower ones' tags
+    for k in range(100):
+        router.set_quota(f"f{k:03}", {**ROOMY, "expected_latency_s": 1.0,
+                                      "weight": 2.0 if k < 10 else 1.0})
+    for k in range(30):
+        router.set_quota(f"s{k:02}", {**ROOMY, "expected_latency_s": 5.0})
+    served = _models(router, 110) + _models(router, 110)  # two rounds, batched
+    served += Counter(_single(router) for _ in range(110))  # a third, one at a time
+    assert {m for m in served if m.startswith("s")} == set()
+    assert {served[f"f{k:03}"] for k in range(10)} == {6}
+    assert {served[f"f{k:03}"] for k in range(10, 100)} == {3}
+    assert len(router.core.head or ()) < 130  # declared: the head, not every model
+
+
+def _single(router: RouterClient) -> str:
+    got = router.admit(10)
+    assert isinstance(got, Admission), got
+    return got.model
+
+
+def test_without_every_latency_the_fair_share_decides_over_every_model(
+        router: RouterClient) -> None:
+    for k in range(80):
+        router.set_quota(f"m{k:02}", {**ROOMY, "expected_latency_s": 1.0})
+    router.set_quota("new", ROOMY)  # nothing known of its latency
+    served = _models(router, 81) + _models(router, 81)
+    assert set(served.values()) == {2} and len(served) == 81
+
+
+def test_a_choice_past_the_declared_head_is_made_after_declaring_more(
+        make_router: object) -> None:
+    router, other = make_router(), make_router()  # type: ignore[operator]
+    for k in range(60):
+        router.set_quota(f"m{k:02}", {**ROOMY, "max_concurrency": 1,
+                                      "expected_latency_s": 1.0})
+    first = router.admit(10)
+    assert isinstance(first, Admission)
+    head = router.core.head or ()
+    assert 0 < len(head) < 60
+    # the next models of the fair order fill up without moving in it (an ordered list does
+    # not charge the fair share): the next any-model request must look past the head
+    for m in head:
+        if m != first.model:
+            assert isinstance(other.admit(10, models=[m]), Admission)
+    got = router.admit(10)
+    assert isinstance(got, Admission) and got.model not in head, (got, head)
+    # the head named since reaches past the full models: the next request finds its keys
+    assert len(router.core.head or ()) > len(head)
+    # every model full: it waits, having looked at each
+    for k in range(60):
+        other.admit(10, models=[f"m{k:02}"])
+    assert isinstance(router.admit(10), Wait)
+
+
+def test_the_index_follows_learned_latencies_quotas_and_rebuilds_when_dropped(
+        router: RouterClient, redis_url: str, namespace: str) -> None:
+    speed = RouterKeys(namespace).router("K_SPEED")
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        router.set_quota("a", {**ROOMY, "expected_latency_s": 1.0})
+        router.set_quota("b", ROOMY)
+        assert raw.zscore(speed, "a") == 3500  # 1 s, plus 5 deviations of half of it
+        assert raw.zscore(speed, "b") == float("inf")
+        lease = router.admit(10, models=["b"])
+        assert isinstance(lease, Admission)
+        router.complete(lease.lease_id, 5, 5, latency_s=2.0)  # learned: 2 s
+        assert raw.zscore(speed, "b") == 7000
+        assert _single(router) == "a"  # 3.5 s likely against 7 s
+        router.delete_quota("a")
+        assert raw.zrange(speed, 0, -1) == ["b"]
+        raw.delete(speed)
+        router.set_quota("c", {**ROOMY, "expected_latency_s": 0.5})
+        assert _single(router) == "c"
+        assert raw.zrange(speed, 0, -1, withscores=True) == [("c", 1750.0), ("b", 7000.0)]
+    finally:
+        raw.close()
