@@ -97,8 +97,11 @@ with DAG(
 
     # The lead solver needs no advice: it starts with the run and admits its first calls
     # from its worker, while the sensor works out how many more solvers the quotas take.
+    # Its priority puts it first to the executor and to the API server's ``ti_run`` (by
+    # default the sensor's downstream solvers would rank the sensor first).
     SolveTaskOperator(
         task_id="lead",
+        priority_weight=10,
         router_conn_id=ROUTER_CONN_ID,
         backend_conn_id=BACKEND_CONN_ID,
         postgres_conn_id=POSTGRES_CONN_ID,

@@ -95,8 +95,7 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
         until = min(deadline, time.time() + settings.start_in_worker_s)
         if settings.start_in_flight is not None:
             n = settings.start_in_flight or self._advised_in_flight(settings, backlog)
-            settings = settings.model_copy(update={
-                "max_in_flight": n, "claim_batch": max(settings.claim_batch, n)})
+            settings = settings.model_copy(update={"max_in_flight": n})
         head = self._trigger(context, settings, until, state, until_empty=True)
         event = asyncio.run(first_event(head))
         if event_status(event) == "error":

@@ -11,7 +11,7 @@ ride out a store outage (a PostgreSQL restart or failover) for ``store_outage_s`
 with backoff, answers kept buffered meanwhile, then the drain goes on (see
 :mod:`airflow_llm_router.solver.outage`).
 
-At about 420 lines the module is over the house's 350, for now: the loop that claims as
+At about 440 lines the module is over the house's 350, for now: the loop that claims as
 prompts finish, the answer buffer, the claim extensions and the store-outage wrapper around
 each store call share the drain's buffer and outage budget on every step. The next cut is
 the store-call wrapper with its buffer, as a small object the drain holds; it was left for
@@ -352,6 +352,27 @@ def _collect(done: Sequence[asyncio.Task[SolveResult]],
     return failure
 
 
+async def _fill(d: _Draining, solver: Solver, active: InFlight[SolveResult], refill: int,
+                claimed: asyncio.Event) -> bool:
+    """Claim batch after batch (``claim_batch`` each) while at least ``refill`` slots are
+    open, the deadline is ahead and each claim comes back full; False once one comes back
+    short (the backlog is empty for now). The tasks of one claim go to admission while the
+    next is claimed, so a lead holding hundreds of calls admits its first ones after a
+    ``claim_batch`` claim, not after one claim of all of them."""
+    settings = d.settings
+    while True:
+        want = min(settings.max_in_flight - len(active), settings.claim_batch)
+        started = await d.start(solver, want)
+        if started:
+            claimed.set()  # the report the engine holds counts these twice
+        active.add(started)
+        if len(started) < want:
+            return False
+        if settings.max_in_flight - len(active) < refill or time.time() >= d.deadline:
+            return True
+        solver.check()
+
+
 async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                       worker_id: str, state: DrainState,
                       earlier_workers: Sequence[str] = (), *,
@@ -383,14 +404,9 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
         while True:
             open_slots = settings.max_in_flight - len(active)
             may_claim = time.time() < d.deadline and time.monotonic() >= quiet_until
-            if may_claim and (open_slots >= refill or not active):
-                want = min(open_slots, settings.claim_batch)
-                started = await d.start(solver, want)
-                if started:
-                    claimed.set()  # the report the engine holds counts these twice
-                if len(started) < want:
-                    quiet_until = time.monotonic() + 1.0
-                active.add(started)
+            if may_claim and (open_slots >= refill or not active) \
+                    and not await _fill(d, solver, active, refill, claimed):
+                quiet_until = time.monotonic() + 1.0
             solver.check()
             if not active:
                 if not await d.idle():

@@ -4,8 +4,10 @@ and Airflow connections (as environment variables) pointing at both."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -13,7 +15,22 @@ from airflow_llm_router.engine import RouterClient
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
 
+if TYPE_CHECKING:
+    from airflow_llm_router.triggers.solve import DrainTrigger
+
 BIG_RPM, BIG_TPM, BIG_CONC = 10**6, 10**9, 10**4
+
+
+def drain_of(pg_schema: str, settings: dict[str, Any], deadline_s: float) -> DrainTrigger:
+    """A drain of the test's store (``pg_schema.tasks``) through the default connections
+    (see :func:`serve_backend`), ending ``deadline_s`` from now."""
+    from airflow_llm_router.triggers.solve import DrainTrigger
+
+    return DrainTrigger(
+        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
+        worker_id="drain-under-test", settings=settings,
+        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
+        deadline=time.time() + deadline_s)
 
 
 def small_profile(time_scale: float = 120.0, **overrides: object) -> SimulatorProfile:

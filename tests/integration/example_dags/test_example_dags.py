@@ -55,6 +55,23 @@ def test_drain_maps_the_solver_over_the_sensors_settings(bag) -> None:
     assert dag.render_template_as_native_obj  # the settings render as numbers
 
 
+def test_drain_queues_the_lead_before_the_sensor(bag) -> None:
+    """The scheduler and the executor take task instances by priority: the lead, whose
+    first calls start the drain, goes first to a worker and to the API server's ``ti_run``
+    (ranked by downstream weight alone, the sensor, with the mapped solvers below it, would
+    go first)."""
+    dag = bag.dags["llm_router_drain"]
+    lead, advise = dag.get_task("lead"), dag.get_task("advise")
+    assert not lead.upstream_task_ids and not advise.upstream_task_ids  # they start together
+
+    def rank(task):  # Airflow's default weight rule: its own weight and its downstream's
+        assert task.weight_rule == "downstream"
+        below = task.get_flat_relative_ids(upstream=False)
+        return task.priority_weight + sum(dag.get_task(t).priority_weight for t in below)
+
+    assert rank(lead) > rank(advise)
+
+
 def test_drain_sensor_gives_one_settings_dict_per_solver(bag) -> None:
     sensor = bag.dags["llm_router_drain"].get_task("advise")
     from airflow_llm_router.operators.solve import SolveTaskOperator

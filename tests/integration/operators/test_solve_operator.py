@@ -187,7 +187,8 @@ def test_a_start_in_the_worker_can_take_the_advised_calls_in_flight_alone(
 ) -> None:
     """``start_in_flight=0``: the start in the worker keeps as many calls in flight as the
     router advises for the backlog (capped by it), not its own ``max_in_flight``: the 50
-    tasks go in one claim, not claims of 20."""
+    tasks go in three claims of ``claim_batch`` (20, 20, 10) made at once, not in a claim
+    of 20 and then one as each answer frees a slot."""
     with TaskStore(pg_dsn, schema=pg_schema) as store:
         store.migrate()
         store.enqueue([f"prompt {i}" for i in range(50)])
@@ -197,7 +198,7 @@ def test_a_start_in_the_worker_can_take_the_advised_calls_in_flight_alone(
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context())
         in_worker = deferred.value.trigger.state["in_worker"]
-        assert in_worker["solved"] == 50 and in_worker["chunks"] == 1
+        assert in_worker["solved"] == 50 and in_worker["chunks"] == 3
         assert deferred.value.trigger.settings["max_in_flight"] == 20  # the trigger's own
 
 

@@ -18,7 +18,7 @@ from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_TTL_S, report_backlog, stop_helpers
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.solve import DrainTrigger
-from tests.integration.backends import serve_backend, set_quotas_from, small_profile
+from tests.integration.backends import drain_of, serve_backend, set_quotas_from, small_profile
 
 TASKS = 200
 IN_FLIGHT = 20
@@ -26,13 +26,8 @@ IN_FLIGHT = 20
 
 def drain_for(pg_schema: str) -> DrainTrigger:
     """A drain of the test's store, :data:`IN_FLIGHT` calls at a time, for 4 s at most."""
-    return DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
-        worker_id="drain-under-test",
-        settings={"claim_ttl_s": 30, "claim_batch": IN_FLIGHT, "max_in_flight": IN_FLIGHT,
-                  "backoff_s": 0.05},
-        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + 4)
+    return drain_of(pg_schema, {"claim_ttl_s": 30, "claim_batch": IN_FLIGHT,
+                                "max_in_flight": IN_FLIGHT, "backoff_s": 0.05}, 4)
 
 
 @pytest.mark.timeout(60)
