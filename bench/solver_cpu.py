@@ -1,17 +1,23 @@
-"""The solver's CPU per call, without Airflow: one drain (the ``DrainTrigger`` the
-triggerer runs) against the simulator with roomy quotas and near-zero latency, so
-neither quotas nor the backend's latency bind and the solver's own CPU is the limit;
-on demand, not in CI.
+"""The CPU each answer costs, per side, without Airflow: drains (the ``DrainTrigger`` the
+triggerer runs, each in a solver process of its own) against the simulator with roomy
+quotas and near-zero latency, so neither quotas nor the backend's latency bind and CPU is
+the limit; on demand, not in CI.
 
-    python -m bench.solver_cpu                       # 2,000 tasks, 200 in flight, 3 runs
-    python -m bench.solver_cpu --profile out.pstats  # and a cProfile of the last run
+    python -m bench.solver_cpu                          # 2,000 tasks, 200 in flight, 3 runs
+    python -m bench.solver_cpu --solvers 1,2 --hedging both   # 1 and 2 processes, A/B
+    python -m bench.solver_cpu --profile out.pstats     # and a cProfile of the last run
 
-Everything a call costs in the solver's process is counted: admission through the
-engine's asyncio client (``BatchAdmitter``), the HTTP call through httpx, the lease's
-completion, the result writes to PostgreSQL (their worker thread is in this process),
-logging and metrics. Redis, PostgreSQL and the simulator run in processes of their own.
-Each run reports calls/s (tasks solved / the drain's wall time) and the process's CPU
-seconds per call (``resource.getrusage``: user + system, all threads).
+A solver process's CPU covers all an answer costs it: admission through the engine's
+asyncio client (``BatchAdmitter``), the HTTP call through aiohttp, the lease's completion,
+the result writes to PostgreSQL (their worker thread is in the process), logging and
+metrics. Redis, PostgreSQL and the simulator run in processes of their own; their CPU is
+read from ``/proc`` (:mod:`bench.proc_cpu`): the run's ``redis-server`` and simulator, and
+the PostgreSQL backends of the run's drains (their ``application_name`` names the run;
+the server's background writers are not counted). Several ``--solvers`` counts are
+measured in turn within each run, all processes of a count starting at once on one
+backlog. Each run reports answers/s (tasks solved / wall time from the start signal to
+the last drain's end), each side's CPU ms per answer and share of a core, Redis commands
+and scripts per answer, and the hedges sent per answer.
 """
 
 from __future__ import annotations
@@ -24,15 +30,18 @@ import os
 import pstats
 import resource
 import statistics
+import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from bench.common import DEFAULT_DSN, drain_once, guarded, private_services
+from bench.proc_cpu import PgBackends, ProcessCpu
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
 
@@ -45,15 +54,26 @@ def _parser() -> argparse.ArgumentParser:
                         help="the drain's max_in_flight")
     parser.add_argument("--models", type=int, default=2,
                         help="models with a roomy quota (the tasks allow any)")
-    parser.add_argument("--runs", type=int, default=3, help="drains, one after another")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="runs, one after another (each drains once per --solvers count)")
+    parser.add_argument("--solvers", type=_solver_counts, default=[1],
+                        help="solver processes draining the backlog at once; several counts "
+                             "(1,2) are measured in turn within each run")
     parser.add_argument("--prompt-chars", type=int, default=400, help="characters per prompt")
     parser.add_argument("--http-only", action="store_true",
                         help="only the backend calls (no admission, no store): their share")
+    parser.add_argument("--hedging", choices=["on", "off", "both"], default="on",
+                        help="the drain's hedge_late_calls: on (the default a deployment "
+                             "has); off or both (interleaved) measure what hedges cost")
     parser.add_argument("--profile", type=Path,
-                        help="write a cProfile of the last run here (pstats) and print its top")
+                        help="write a cProfile of the last run's first solver process here "
+                             "(pstats) and print its top")
     parser.add_argument("--postgres-dsn", default=DEFAULT_DSN,
                         help="a PostgreSQL the benchmark may create and drop a schema in")
     parser.add_argument("--out", type=Path, help="also write the JSON results here")
+    parser.add_argument("--baseline", action="store_true",
+                        help="record the runs' solver CPU per answer (the first --solvers "
+                             "count, hedging on) as bench/baselines/solver-cpu.json")
     return parser
 
 
@@ -138,31 +158,180 @@ def run_calls(opts: argparse.Namespace) -> dict[str, Any]:
     return _result(opts.tasks, wall, cpu0)
 
 
-def run_once(opts: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, Any]:
-    """One drain of ``--tasks`` tasks on a private Redis, schema and simulator."""
+def _drain_child() -> None:
+    """One solver process (``python -c``, its job as JSON in ``argv[1]``): import
+    everything, say so, wait for a line on stdin, drain, and write its final event with
+    its own wall and CPU. It speaks on the stdout it was given; its own stdout (logs)
+    goes to stderr, so the pipe it answers on never fills while it runs."""
+    job = json.loads(sys.argv[1])
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    from airflow_llm_router.triggers import DrainTrigger  # noqa: F401  (outside the run)
+
+    print("ready", file=answer, flush=True)
+    sys.stdin.readline()
+    profile = job["profile"]
+    # CPU time, not wall: on a loaded machine wall time charges preemption to whatever ran
+    profiler = cProfile.Profile(time.process_time) if profile else None
+    cpu0, wall0 = _cpu_s(), time.monotonic()
+    if profiler is not None:
+        profiler.enable()
+    event = asyncio.run(drain_once(job["schema"], job["worker_id"], timeout_s=600,
+                                   **job["settings"]))
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    cpu1 = _cpu_s()
+    print(json.dumps({"event": event, "wall_s": time.monotonic() - wall0,
+                      "cpu_s": cpu1[0] - cpu0[0] + cpu1[1] - cpu0[1]}), file=answer,
+          flush=True)
+
+
+def _drains(stack: ExitStack, solvers: int, schema: str, settings: dict[str, Any],
+            profile: Path | None) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+    """Start ``solvers`` drain processes (fresh interpreters: nothing of this process's
+    state), wait until each has imported everything; return a function that starts them
+    all at once, and after it returns, their results. ``stack`` ends them first if the
+    run is cut short (before the services they use stop and their schema is dropped)."""
+    children = []
+    for i in range(solvers):
+        job = {"schema": schema, "worker_id": f"cpu-{schema}-{i}", "settings": settings,
+               "profile": str(profile) if profile is not None and i == 0 else None}
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from bench.solver_cpu import _drain_child; _drain_child()",
+             json.dumps(job)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        stack.callback(_end, child)
+        children.append(child)
+    for child in children:
+        if _line(child) != "ready":
+            raise RuntimeError(f"a solver process did not start (status {child.poll()})")
+    out: list[dict[str, Any]] = []
+
+    def run() -> None:
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        for child in children:
+            line = _line(child)
+            if not line:
+                raise RuntimeError(f"a solver process ended (status {child.wait()})")
+            out.append(json.loads(line))
+
+    return out, run
+
+
+def _line(child: subprocess.Popen[str]) -> str:
+    assert child.stdout is not None
+    return child.stdout.readline().strip()
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    if child.poll() is None:
+        child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def run_once(opts: argparse.Namespace, solvers: int, profile: Path | None,
+             hedging: bool = True) -> dict[str, Any]:
+    """One drain of ``--tasks`` tasks by ``solvers`` processes at once, on a private Redis,
+    schema and simulator; the CPU each answer cost each side."""
+    import redis
+
     run_id = uuid.uuid4().hex[:8]
     schema, namespace = f"llmr_cpu_{run_id}", f"cpu-{run_id}"
+    app_name = f"llmr-cpu-{run_id}"  # the drains' PostgreSQL backends, told apart
     prof = sim_profile(opts.models)
     with ExitStack() as stack:
         redis_server, sim, store = private_services(stack, opts.postgres_dsn, schema, prof)
-        default_connections(redis_server.port, namespace, opts.postgres_dsn, sim.url)
+        default_connections(redis_server.port, namespace,
+                            _with_app_name(opts.postgres_dsn, app_name), sim.url)
         store.migrate()
         store.enqueue([f"task {i} " + "x" * opts.prompt_chars for i in range(opts.tasks)])
         roomy_quotas(stack, redis_server.url, namespace, prof)
-        cpu0, wall0 = _cpu_s(), time.monotonic()
-        if profiler is not None:
-            profiler.enable()
-        event = asyncio.run(drain_once(schema, f"cpu-{run_id}", timeout_s=600,
-                                       max_in_flight=opts.max_in_flight,
-                                       claim_batch=opts.max_in_flight))
-        if profiler is not None:
-            profiler.disable()
-        wall = time.monotonic() - wall0
-        result = _result(store.counts().get("solved", 0), wall, cpu0)
-    if event.get("status") != "done" or result["tasks"] != opts.tasks:
-        raise RuntimeError(f"the drain solved {result['tasks']} of {opts.tasks} tasks: "
-                           f"{event}")
-    return result
+        server = stack.enter_context(redis.Redis.from_url(redis_server.url))
+        settings = {"max_in_flight": opts.max_in_flight, "claim_batch": opts.max_in_flight,
+                    "hedge_late_calls": hedging}
+        results, run = _drains(stack, solvers, schema, settings, profile)
+        sides = ProcessCpu({"redis": redis_server.pid, "simulator": sim.pid})
+        commands0 = _redis_commands(server)
+        with PgBackends(opts.postgres_dsn, app_name) as pg:
+            sides.start()
+            wall0 = time.monotonic()
+            run()
+            wall = time.monotonic() - wall0
+            spent = sides.stop()
+        spent["postgres"] = pg.spent()
+        commands = _redis_commands(server)
+        commands.subtract(commands0)
+        solved = store.counts().get("solved", 0)
+    for r in results:
+        if r["event"].get("status") != "done":
+            raise RuntimeError(f"a drain ended {r['event']}")
+    if solved != opts.tasks:
+        raise RuntimeError(f"the drains solved {solved} of {opts.tasks} tasks")
+    spent["solver"] = sum(r["cpu_s"] for r in results)
+    row = _sides_row(solvers, solved, wall, spent, commands, pg.backends)
+    row["hedging"] = "on" if hedging else "off"
+    row["hedged_per_answer"] = round(
+        sum(r["event"]["summary"]["hedged"] for r in results) / solved, 3)
+    return row
+
+
+def _with_app_name(dsn: str, name: str) -> str:
+    return f"{dsn}{'&' if '?' in dsn else '?'}application_name={name}"
+
+
+def _redis_commands(server: Any) -> Counter[str]:
+    """Calls of each command the run's Redis has processed so far."""
+    stats = server.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+def _sides_row(solvers: int, solved: int, wall: float, spent: dict[str, float],
+               commands: Counter[str], backends: int) -> dict[str, Any]:
+    """A run's figures: answers/s, and per side the CPU ms per answer and its share of a
+    core over the run."""
+    per = {f"{side}_ms": round(1000 * cpu / solved, 3) for side, cpu in sorted(spent.items())}
+    total = sum(spent.values())
+    return {"solvers": solvers, "tasks": solved, "wall_s": round(wall, 3),
+            "answers_per_s": round(solved / wall, 1), **per,
+            "total_ms": round(1000 * total / solved, 3),
+            "solver_cores": round(spent["solver"] / wall, 2),
+            "redis_core": round(spent.get("redis", 0.0) / wall, 2),
+            "redis_commands_per_answer": round(commands.total() / solved, 2),
+            "redis_scripts_per_answer": round(
+                (commands["evalsha"] + commands["eval"]) / solved, 2),
+            "redis_commands": {name: round(n / solved, 2)
+                               for name, n in commands.most_common(6) if n > 0},
+            "pg_backends": backends, "load1": round(os.getloadavg()[0], 1)}
+
+
+def _solver_counts(text: str) -> list[int]:
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give solver process counts >= 1, comma-separated (1,2)")
+    return counts
+
+
+def _summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per solver count, the median of each figure over its runs."""
+    out = []
+    for n, hedging in sorted({(r["solvers"], r["hedging"]) for r in rows}):
+        mine = [r for r in rows if r["solvers"] == n and r["hedging"] == hedging]
+        out.append({"solvers": n, "hedging": hedging, "runs": len(mine), **{
+            key: statistics.median(r[key] for r in mine)
+            for key in mine[0] if key.endswith(("_ms", "_per_s", "_cores", "_core",
+                                                 "_per_answer"))}})
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -171,29 +340,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --tasks, --max-in-flight, --models and --runs must be >= 1",
               file=sys.stderr)
         return 2
-    import airflow_llm_router.triggers  # noqa: F401  (Airflow's imports, outside the runs)
     rows: list[dict[str, Any]] = []
 
     def run_all() -> int:
         for i in range(opts.runs):
-            last = opts.profile is not None and i == opts.runs - 1
-            profiler = cProfile.Profile() if last else None
-            rows.append(run_calls(opts) if opts.http_only else run_once(opts, profiler))
-            print(json.dumps(rows[-1]), flush=True)
-            if profiler is not None:
-                profiler.dump_stats(opts.profile)
-                pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+            if opts.http_only:
+                rows.append(run_calls(opts))
+                print(json.dumps(rows[-1]), flush=True)
+                continue
+            hedging = {"on": [True], "off": [False], "both": [True, False]}[opts.hedging]
+            # interleaved: each run measures every count (and hedging)
+            for n, hedge in ((n, h) for n in opts.solvers for h in hedging):
+                profile = (opts.profile if i == opts.runs - 1 and n == opts.solvers[0]
+                           and hedge == hedging[0] else None)
+                rows.append(run_once(opts, n, profile, hedge))
+                print(json.dumps(rows[-1]), flush=True)
+                if profile is not None:
+                    pstats.Stats(str(profile)).sort_stats("tottime").print_stats(30)
         return 0
 
     status = guarded(run_all)
     if status:
         return status
-    summary = {"runs": len(rows),
-               "median_calls_per_s": statistics.median(r["calls_per_s"] for r in rows),
-               "median_cpu_ms_per_call": statistics.median(r["cpu_ms_per_call"] for r in rows)}
+    summary: dict[str, Any] = (
+        {"median_calls_per_s": statistics.median(r["calls_per_s"] for r in rows),
+         "median_cpu_ms_per_call": statistics.median(r["cpu_ms_per_call"] for r in rows)}
+        if opts.http_only else {"by_solvers": _summary(rows)})
     print(json.dumps(summary))
     if opts.out:
         opts.out.write_text(json.dumps({"runs": rows, **summary}, indent=2) + "\n")
+    if opts.baseline:
+        from bench.baselines import record
+
+        runs = [r["solver_ms"] for r in rows
+                if r.get("solvers") == opts.solvers[0] and r.get("hedging") == "on"]
+        if not runs:
+            print("error: --baseline needs runs with hedging on (--hedging on or both)",
+                  file=sys.stderr)
+            return 2
+        command = "python -m bench.solver_cpu " + " ".join(argv or sys.argv[1:])
+        print(f"wrote {record('solver-cpu', runs, command)}")
     return 0
 
 

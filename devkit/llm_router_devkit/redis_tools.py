@@ -100,6 +100,11 @@ class PrivateRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (a benchmark reads its CPU), else None."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def start(self) -> None:
         """Start the server; return once it answers, itself and not another server that
         holds its port.

@@ -168,6 +168,11 @@ class SimulatorProcess(ChildServer):
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The simulator's process id while it runs (a benchmark reads its CPU), else None."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def start(self) -> SimulatorProcess:
         """Start the simulator; return once ``/health`` answers.
 
