@@ -23,7 +23,8 @@ from redis.retry import Retry
 from airflow_llm_router.engine import RouterKeys
 from llm_router_devkit.processes import ChildExited, start_child
 
-__all__ = ["LocalCluster", "LocalSentinel", "PrivateRedis", "drop_namespace", "private_redis"]
+__all__ = ["LocalCluster", "LocalSentinel", "PrivateRedis", "drop_namespace", "private_redis",
+           "wait_until"]
 
 
 def drop_namespace(client: Any, namespace: str) -> int:
@@ -165,6 +166,11 @@ class PrivateRedis:
         finally:
             client.close()
 
+    @property
+    def running(self) -> bool:
+        """Whether the server was started and not stopped since."""
+        return self._proc is not None
+
     def stop(self) -> None:
         """Kill the server: every key is gone, as after a crash without persistence."""
         if self._proc is not None:
@@ -187,7 +193,9 @@ def private_redis() -> Iterator[PrivateRedis]:
         server.close()
 
 
-def _wait(check: Any, what: str, timeout_s: float = 30.0) -> None:
+def wait_until(check: Any, what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``check`` every 50 ms (a server's state has no event to wait on; a Redis error
+    counts as not yet) until it holds; after ``timeout_s``, raise naming ``what``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -232,13 +240,18 @@ class _Servers:
 
 
 class LocalCluster(_Servers):
-    """A Redis Cluster of ``masters`` nodes (no replicas) on loopback ports, made with
-    ``redis-cli --cluster create``; ``url`` is ``redis+cluster://`` to its first node."""
+    """A Redis Cluster of ``masters`` nodes, each with ``replicas`` replicas (0: none), on
+    loopback ports, made with ``redis-cli --cluster create``; ``url`` is
+    ``redis+cluster://`` to its first node (``owner`` names a slot's master now). A node is
+    declared failed after 2 s without an answer (``cluster-node-timeout``), when one of its
+    replicas takes its slots.
+    """
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(self, masters: int = 3, replicas: int = 0) -> None:
+        self.replicas = replicas
         self.nodes = [PrivateRedis(["--cluster-enabled", "yes", "--cluster-config-file",
                                     "nodes.conf", "--cluster-node-timeout", "2000"])
-                      for _ in range(masters)]
+                      for _ in range(masters * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -252,7 +265,7 @@ class LocalCluster(_Servers):
             raise RuntimeError("redis-cli is not installed (apt-get install redis-tools)")
         subprocess.run([cli, "--cluster", "create",
                         *(f"127.0.0.1:{n.port}" for n in self.nodes),
-                        "--cluster-replicas", "0", "--cluster-yes"],
+                        "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def ok() -> bool:
@@ -262,7 +275,29 @@ class LocalCluster(_Servers):
                         return False
             return True
 
-        _wait(ok, "the cluster's state ok")
+        wait_until(ok, "the cluster's state ok")
+        if self.replicas:
+            wait_until(self._replicas_linked, "the replicas' links to their masters")
+
+    def _replicas_linked(self) -> bool:
+        linked = 0
+        for node in self.nodes:
+            with redis.Redis(port=node.port) as c:
+                linked += c.info("replication").get("master_link_status") == "up"
+        return linked == len(self.nodes) - len(self.nodes) // (1 + self.replicas)
+
+    def owner(self, key: str) -> PrivateRedis:
+        """The node that is master of ``key``'s slot now (as a live node reports it)."""
+        for node in self.nodes:
+            if node.port == 0 or not node.running:
+                continue
+            with redis.Redis(port=node.port) as c:
+                slot = c.execute_command("CLUSTER", "KEYSLOT", key)
+                for start, end, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+                    if start <= slot <= end:
+                        port = int(master[1])
+                        return next(n for n in self.nodes if n.port == port)
+        raise RuntimeError("no live cluster node")
 
     def close(self) -> None:
         for node in self.nodes:
@@ -295,10 +330,10 @@ class LocalSentinel(_Servers):
             f"sentinel failover-timeout {name} 5000\n"))
         self.sentinel.start()
         with redis.Redis(port=self.replica.port) as replica:
-            _wait(lambda: replica.info("replication").get("master_link_status") == "up",
+            wait_until(lambda: replica.info("replication").get("master_link_status") == "up",
                   "the replica's link to its master")
         with redis.Redis(port=self.sentinel.port) as sentinel:
-            _wait(lambda: int(sentinel.sentinel_master(name)["num-slaves"]) >= 1,
+            wait_until(lambda: int(sentinel.sentinel_master(name)["num-slaves"]) >= 1,
                   "the sentinel's finding the replica")
 
     def master_port(self) -> int:
@@ -317,13 +352,13 @@ class LocalSentinel(_Servers):
         old = self.master_port()
         with redis.Redis(port=self.sentinel.port) as sentinel:
             sentinel.sentinel_failover(self.master_name)
-        _wait(lambda: self.master_port() != old, "the failover")
+        wait_until(lambda: self.master_port() != old, "the failover")
         new = self.master_port()
         with redis.Redis(port=new) as promoted:
-            _wait(lambda: promoted.info("replication").get("role") == "master",
+            wait_until(lambda: promoted.info("replication").get("role") == "master",
                   "the promoted replica's taking writes")
         with redis.Redis(port=old) as demoted:
-            _wait(lambda: demoted.info("replication").get("role") == "slave",
+            wait_until(lambda: demoted.info("replication").get("role") == "slave",
                   "the old master's demotion")
         return new
 

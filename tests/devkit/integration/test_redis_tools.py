@@ -157,3 +157,20 @@ def test_a_cluster_whose_node_fails_to_start_stops_the_nodes_it_started() -> Non
         assert node.port and node._proc is None
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", node.port)).close()
+
+
+def test_a_cluster_with_replicas_gives_each_master_a_linked_replica() -> None:
+    with LocalCluster(3, replicas=1) as cluster:
+        roles: dict[str, list[int]] = {"master": [], "slave": []}
+        for node in cluster.nodes:
+            with redis.Redis(port=node.port) as c:
+                info = c.info("replication")
+                roles[info["role"]].append(int(info.get("master_port", node.port)))
+        assert len(roles["master"]) == 3
+        assert sorted(roles["slave"]) == sorted(roles["master"])  # one replica each
+        owner = cluster.owner("llmr:{ns}:")
+        with redis.Redis(port=owner.port) as c:
+            assert c.info("replication")["role"] == "master"
+            slot = c.execute_command("CLUSTER", "KEYSLOT", "llmr:{ns}:")
+            assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+            c.set("llmr:{ns}:probe", 1)  # the owner takes its slot's writes: no MOVED

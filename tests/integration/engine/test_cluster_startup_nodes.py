@@ -20,23 +20,12 @@ from airflow_llm_router.engine.connect import target_from_url
 from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.solver.outage import RedisOutage
-from llm_router_devkit.redis_tools import LocalCluster, PrivateRedis
+from llm_router_devkit.redis_tools import LocalCluster, PrivateRedis, wait_until
 
 QUOTA = {"rpm": 100, "tpm": 10_000, "max_concurrency": 10}
 CLUSTER_ARGS = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", "2000"]
 
-
-def _until(ok: object, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if ok():  # type: ignore[operator]
-                return
-        except redis.exceptions.RedisError:
-            pass
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -54,14 +43,14 @@ def lost_first_node() -> Iterator[LocalCluster]:
                             "--cluster-slave", "--cluster-master-id", master_id],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             with redis.Redis(port=replica.port) as r:
-                _until(lambda: r.info("replication").get("master_link_status") == "up",
+                wait_until(lambda: r.info("replication").get("master_link_status") == "up",
                        "the replica's link")
                 first.stop()
-                _until(lambda: r.info("replication").get("role") == "master",
+                wait_until(lambda: r.info("replication").get("role") == "master",
                        "the replica's promotion")
             for node in (*cluster.nodes[1:], replica):
                 with redis.Redis(port=node.port) as c:
-                    _until(lambda c=c: b"cluster_state:ok" in c.execute_command(
+                    wait_until(lambda c=c: b"cluster_state:ok" in c.execute_command(
                         "CLUSTER", "INFO"), "the cluster's state ok")
             yield cluster
         finally:

@@ -20,10 +20,8 @@ drain across a resharding": the slow ones hang closing the release listener).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
-import time
 from typing import Any
 
 import httpx
@@ -33,9 +31,9 @@ from redis.crc import key_slot
 from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
 from tests.integration.engine.clusters import SERVER_DIRS, SERVER_IDS, cluster_of, reshard
+from tests.integration.solver.drain_across import drain_started
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -91,19 +89,11 @@ async def test_a_drain_across_reshardings_solves_everything_once(
         try:
             set_quotas_from(router, profile)
             slot = key_slot(router.core.keys.prefix.encode())
-            trigger = DrainTrigger(
-                store={"postgres_conn_id": "postgres_default", "schema": pg_schema,
-                       "table": "tasks"},
-                worker_id="drain-under-test",
-                # no hedges: a late call's loser, cut off as the drain ends, would keep
-                # its lease until it expires, and this counts one call per prompt
-                settings={"claim_ttl_s": 5.0, "claim_batch": 50, "max_in_flight": 100,
-                          "backoff_s": 0.05, "hedge_late_calls": False},
-                router_conn_id="llm_router_default",
-                backend_conn_id="models_backend_default", deadline=time.time() + 120)
-            drain = asyncio.create_task(asyncio.wait_for(anext(trigger.run()), 150))
-            while store.counts()["solved"] < FIRST and not drain.done():
-                await asyncio.sleep(0.02)  # a poll of the store: nothing to wait on
+            # no hedges: a late call's loser, cut off as the drain ends, would keep its
+            # lease until it expires, and this counts one call per prompt
+            drain = await drain_started(store, pg_schema, {
+                "claim_ttl_s": 5.0, "claim_batch": 50, "max_in_flight": 100,
+                "backoff_s": 0.05, "hedge_late_calls": False}, FIRST, poll_s=0.02)
             with Mover(cluster, slot) as mover:
                 event = (await drain).payload
                 during = len(mover.moves)
