@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.operators.base import SolvingOperator, event_status, first_event
 from airflow_llm_router.solver.settings import DrainSettings
+from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_CAP
 from airflow_llm_router.store import TaskStore
 
 if TYPE_CHECKING:
@@ -79,11 +80,11 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
 
     def _migrate(self, count_backlog: bool = False) -> int:
         """Create or update the store's table; with ``count_backlog``, the backlog after it
-        (on the same connection), else 0."""
+        (on the same connection, counted up to ``BACKLOG_REPORT_CAP``), else 0."""
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
                                     table=self.store_table) as store:
             store.migrate()
-            return store.backlog_size() if count_backlog else 0
+            return store.backlog_size(cap=BACKLOG_REPORT_CAP) if count_backlog else 0
 
     def _start_in_worker(self, context: Context, settings: DrainSettings, deadline: float,
                          state: dict[str, Any], backlog: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_llm_router.hooks.router import RouterHook
+from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_CAP
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.backlog import BackpressureTrigger
 
@@ -150,7 +151,7 @@ class BackpressureSensor(BaseSensorOperator):
         with TaskStore.from_conn_id(self.postgres_conn_id, schema=self.store_schema,
                                     table=self.store_table) as store:
             store.migrate()  # a first deployment may have no table yet
-            backlog = store.backlog_size()
+            backlog = store.backlog_size(cap=BACKLOG_REPORT_CAP)  # enough for any advice
             if self.lead_solvers:  # the lead may have claimed some, or all, already: they
                 backlog += store.claims_in_progress().count  # are the fan-out's work too
         if backlog == 0:

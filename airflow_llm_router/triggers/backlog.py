@@ -12,6 +12,11 @@ and read the backlog once after they start listening, so tasks enqueued before t
 are not missed; both also re-read it every ``poll_interval_s`` in case a notification was
 lost (a dropped connection). The watch also wakes at the earliest claim expiry and returns
 expired claims to pending, so stranded work fires them with nobody enqueuing.
+
+Each read counts pending tasks up to ``backlog_cap`` (:data:`BACKLOG_REPORT_CAP`, 100,000 by
+default), as a drain's report does: a full count reads every pending entry of the claim
+index (~0.4 s at a million rows on a loaded machine), and neither trigger needs more than
+"is there work, and how much up to a drain's worth".
 """
 
 from __future__ import annotations
@@ -25,12 +30,19 @@ from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_llm_router.hooks.router import RouterHook
+from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_CAP
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.store.watch import BacklogWatch
 from airflow_llm_router.triggers.base import RouterTrigger, SerializedArguments
 
 __all__ = ["BacklogArrivalTrigger", "BackpressureTrigger"]
 
+
+def _checked_cap(backlog_cap: object) -> int:
+    if isinstance(backlog_cap, bool) or not isinstance(backlog_cap, int) or backlog_cap < 1:
+        raise ValueError(f"backlog_cap must be an integer >= 1 (pending tasks a backlog read "
+                         f"counts up to; default {BACKLOG_REPORT_CAP}), got {backlog_cap!r}")
+    return backlog_cap
 
 
 async def _watch(postgres_conn_id: str, schema: str, table: str) -> BacklogWatch:
@@ -50,12 +62,16 @@ class BacklogArrivalTrigger(SerializedArguments, BaseEventTrigger):
     Enqueues within ``min_interval_s`` of an event are folded into one more event at the end
     of that interval, so a stream of small enqueues does not queue a DAG run per enqueue;
     the first enqueue after a quiet spell fires at once.
-    Event payload: ``{"backlog": tasks claimable now, "announced": tasks the enqueues and
-    returned claims announced since the last event}``.
+    Event payload: ``{"backlog": tasks claimable now, up to backlog_cap, "announced": tasks
+    the enqueues and returned claims announced since the last event}``. A backlog at the cap
+    cannot be seen to grow by a poll, only by announcements: a lost notification then goes
+    unnoticed while a drain's worth of work waits anyway.
 
     :param postgres_conn_id: the PostgreSQL connection of the task store.
     :param min_interval_s: the shortest time between two events.
     :param poll_interval_s: how often the backlog is re-read with no notification.
+    :param backlog_cap: pending tasks each read counts up to (the event's ``backlog`` is at
+        most this).
     """
 
     def __init__(
@@ -66,10 +82,12 @@ class BacklogArrivalTrigger(SerializedArguments, BaseEventTrigger):
         table: str = "tasks",
         min_interval_s: float = 10.0,
         poll_interval_s: float = 60.0,
+        backlog_cap: int = BACKLOG_REPORT_CAP,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if min_interval_s < 0 or poll_interval_s <= 0:
             raise ValueError("min_interval_s must be >= 0 and poll_interval_s > 0 (seconds)")
+        self.backlog_cap = _checked_cap(backlog_cap)
         self.postgres_conn_id = postgres_conn_id
         self.schema = schema
         self.table = table
@@ -78,12 +96,12 @@ class BacklogArrivalTrigger(SerializedArguments, BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async with await _watch(self.postgres_conn_id, self.schema, self.table) as watch:
-            backlog = await watch.backlog()
+            backlog = await watch.backlog(cap=self.backlog_cap)
             if backlog:
                 yield TriggerEvent({"backlog": backlog, "announced": 0})
             while True:
                 announced = await watch.arrival(self.poll_interval_s)
-                seen, backlog = backlog, await watch.backlog()
+                seen, backlog = backlog, await watch.backlog(cap=self.backlog_cap)
                 if not announced and backlog <= seen:
                     continue  # a quiet poll; a backlog that grew unannounced lost a notification
                 fired = time.monotonic()
@@ -93,7 +111,7 @@ class BacklogArrivalTrigger(SerializedArguments, BaseEventTrigger):
                 folded = 0
                 while (left := fired + self.min_interval_s - time.monotonic()) > 0:
                     folded += await watch.arrival(left)
-                backlog = await watch.backlog()
+                backlog = await watch.backlog(cap=self.backlog_cap)
                 if folded:
                     yield TriggerEvent({"backlog": backlog, "announced": folded})
 
@@ -105,7 +123,9 @@ class BackpressureTrigger(RouterTrigger):
 
     Woken by enqueues; without them the backlog and the quotas are re-read every
     ``poll_interval_s`` (a model enabled in the quota UI is seen within that time).
-    Parameters as :class:`~airflow_llm_router.sensors.backpressure.BackpressureSensor`.
+    Parameters as :class:`~airflow_llm_router.sensors.backpressure.BackpressureSensor`;
+    ``backlog_cap``: pending tasks each read counts up to (the advice is asked for at most
+    this backlog, far more than ``max_solvers`` solvers keep in flight).
     """
 
     def __init__(
@@ -119,8 +139,10 @@ class BackpressureTrigger(RouterTrigger):
         max_solvers: int,
         input_tokens_per_call: int = 0,
         poll_interval_s: float = 5.0,
+        backlog_cap: int = BACKLOG_REPORT_CAP,
     ) -> None:
         super().__init__()
+        self.backlog_cap = _checked_cap(backlog_cap)
         self.router_conn_id = router_conn_id
         self.postgres_conn_id = postgres_conn_id
         self.schema = schema
@@ -146,7 +168,7 @@ class BackpressureTrigger(RouterTrigger):
             async with await _watch(self.postgres_conn_id, self.schema, self.table) as watch:
                 waited_for = ""
                 while True:
-                    backlog = await watch.backlog()
+                    backlog = await watch.backlog(cap=self.backlog_cap)
                     if backlog:
                         advice = await router.advice(backlog, self.per_solver_in_flight,
                                                      self.max_solvers, self.input_tokens_per_call)

@@ -108,6 +108,59 @@ async def test_arrival_trigger_fires_at_start_then_on_enqueues(
     await events.aclose()
 
 
+async def test_arrival_trigger_counts_the_backlog_up_to_its_cap(
+    conns: None, store: TaskStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """Each read counts at most ``backlog_cap`` pending tasks (a full count reads every
+    pending entry of the claim index, per poll); enqueues still fire past the cap."""
+    store.enqueue([f"early {i}" for i in range(5)])
+    trigger = _roundtrip(BacklogArrivalTrigger(postgres_conn_id="postgres_watch",
+                                               schema=pg_schema, min_interval_s=0,
+                                               poll_interval_s=60, backlog_cap=2))
+    events = trigger.run()
+    first = (await asyncio.wait_for(anext(events), 10)).payload
+    assert first == {"backlog": 2, "announced": 0}
+    await asyncio.to_thread(store.enqueue, ["late"])
+    second = (await asyncio.wait_for(anext(events), 10)).payload
+    assert second == {"backlog": 2, "announced": 1}
+    await events.aclose()
+
+
+async def test_backpressure_trigger_counts_the_backlog_up_to_its_cap(
+    conns: None, store: TaskStore, router: RouterClient, pg_schema: str
+) -> None:
+    router.set_quota("m", QUOTA)
+    store.enqueue([f"p{i}" for i in range(30)])
+    trigger = _backpressure_trigger(pg_schema)
+    trigger.backlog_cap = 5
+    event = (await asyncio.wait_for(anext(_roundtrip(trigger).run()), 10)).payload
+    assert event["status"] == "ready" and event["backlog"] == 5
+
+
+@pytest.mark.parametrize("cap", [0, -1, 2.5, True, "10"])
+def test_backlog_triggers_reject_a_bad_cap(cap: Any) -> None:
+    with pytest.raises(ValueError, match="backlog_cap must be an integer >= 1"):
+        BacklogArrivalTrigger(backlog_cap=cap)
+    with pytest.raises(ValueError, match="backlog_cap must be an integer >= 1"):
+        BackpressureTrigger(router_conn_id="r", postgres_conn_id="p", schema="s", table="t",
+                            per_solver_in_flight=1, max_solvers=1, backlog_cap=cap)
+
+
+def test_sensor_counts_the_backlog_up_to_the_report_cap(
+    monkeypatch: pytest.MonkeyPatch, conns: None, store: TaskStore, router: RouterClient,
+    pg_schema: str
+) -> None:
+    router.set_quota("m", QUOTA)
+    store.enqueue([f"p{i}" for i in range(30)])
+    monkeypatch.setattr("airflow_llm_router.sensors.backpressure.BACKLOG_REPORT_CAP", 4)
+    sensor = BackpressureSensor(task_id="advise", router_conn_id="llm_router_watch",
+                                postgres_conn_id="postgres_watch", store_schema=pg_schema,
+                                per_solver_in_flight=4, max_solvers=8, poke_interval=7,
+                                timeout=600)
+    advice: Any = sensor.execute({})
+    assert advice["backlog"] == 4
+
+
 def test_sensor_defers_to_the_trigger_when_nothing_waits(
     conns: None, store: TaskStore, router: RouterClient, pg_schema: str
 ) -> None:

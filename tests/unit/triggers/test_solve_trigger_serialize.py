@@ -25,10 +25,10 @@ TRIGGERS: list[SerializedArguments] = [
                  settings={"claim_batch": 9, "linger_s": 2.5}, state={"started": 1.0},
                  until_empty=True),
     BacklogArrivalTrigger(postgres_conn_id="pg", schema="s", table="t", min_interval_s=3,
-                          poll_interval_s=7),
+                          poll_interval_s=7, backlog_cap=9),
     BackpressureTrigger(router_conn_id="r", postgres_conn_id="pg", schema="s", table="t",
                         per_solver_in_flight=5, max_solvers=3, input_tokens_per_call=11,
-                        poll_interval_s=2),
+                        poll_interval_s=2, backlog_cap=8),
 ]
 
 
