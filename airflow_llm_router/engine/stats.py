@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from airflow_llm_router.engine.quota import ModelQuota
@@ -104,10 +104,24 @@ class ModelStats:
     spend: SpendStats | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
+        """JSON-safe. Built field by field: ``dataclasses.asdict`` deep-copies every value
+        (the quota's fields too, only to replace them), which made this most of ``/stats``
+        over 1,000 models."""
+        doc = {f.name: getattr(self, f.name) for f in _MODEL_FIELDS}
         doc["quota"] = self.quota.model_dump() if self.quota else None
+        doc["counters"] = dict(self.counters)
+        doc["effective"] = None if self.effective is None else dict(self.effective)
+        doc["kinds"] = {k: _flat(v) for k, v in self.kinds.items()}
+        doc["spend"] = None if self.spend is None else _flat(self.spend)
         return doc
 
+
+def _flat(record: KindStats | SpendStats) -> dict[str, Any]:
+    """A dataclass of scalars as a dict, without ``asdict``'s deep copies."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+_MODEL_FIELDS = fields(ModelStats)
 
 _EFFECTIVE_NAMES = {"rpm": "rpm", "tpm": "tpm", "conc": "max_concurrency",
                     "itpm": "input_tpm", "otpm": "output_tpm"}
@@ -184,5 +198,5 @@ class RouterStats:
             "now_ms": self.now_ms,
             "waiting": self.waiting,
             "models": {k: v.to_dict() for k, v in self.models.items()},
-            "total_spend": None if self.total_spend is None else asdict(self.total_spend),
+            "total_spend": None if self.total_spend is None else _flat(self.total_spend),
         }
