@@ -106,6 +106,17 @@ def publish(text: str, heading: str, out: Path, write: bool) -> None:
         print(f"wrote {out}")
 
 
+def write_raw(path: Path, doc: dict[str, Any]) -> None:
+    """Write a run's raw figures as JSON with the load average at its end (figures from a
+    loaded machine are compared within a run), and say where."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    path.write_text(json.dumps({"load_average": load, **doc}, indent=1))
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; raw: {path}")
+
+
 def drop_schema(dsn: str, schema: str) -> None:
     """Drop a PostgreSQL schema a benchmark made for one run, with everything in it."""
     import psycopg

@@ -26,8 +26,6 @@ admission of each, and its ratio to the fewest models (raw: ``bench/out/scale-ab
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -39,7 +37,7 @@ import redis
 
 from airflow_llm_router.engine import Admission, AdmitRequest, Completion, RouterClient
 from bench.budget_cost import client_with
-from bench.common import interruptible
+from bench.common import interruptible, write_raw
 from llm_router_devkit.redis_tools import PrivateRedis
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -243,23 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             server.close()
             other.close()
-        out = args.out.with_name("scale-ab.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        load = os.getloadavg()
-        out.write_text(json.dumps({"load_average": load, "ref": args.ab, "rows": rows},
-                                  indent=1))
-        print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; raw: {out}")
+        write_raw(args.out.with_name("scale-ab.json"), {"ref": args.ab, "rows": rows})
         return 0
     try:
         print(HEADER)
         points = curve(server.url, args.models, args.lists, args.calls, args.ref)
     finally:
         server.close()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    load = os.getloadavg()
-    args.out.write_text(json.dumps({"load_average": load, "ref": args.ref,
-                                    "points": [asdict(x) for x in points]}, indent=1))
-    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; raw: {args.out}")
+    write_raw(args.out, {"ref": args.ref, "points": [asdict(x) for x in points]})
     if args.plot:
         png = args.out.with_suffix(".png")
         print(f"plot: {png}" if plot(points, png) else "plot: matplotlib not installed")
