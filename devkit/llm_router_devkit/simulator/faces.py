@@ -72,6 +72,7 @@ class MessagesRequest(BaseModel):
     max_tokens: int = Field(gt=0)
     messages: list[_Message] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
+    stream: bool = False
 
 
 def _retry_headers(rejection: Rejection) -> dict[str, str]:
@@ -183,12 +184,49 @@ async def _chunks(backend: SimulatedBackend, admission: Admission, model: str,
     yield b"data: [DONE]\n\n"
 
 
+def _typed(kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\n".encode() + _event({"type": kind, **data})
+
+
+async def _message_events(backend: SimulatedBackend, admission: Admission, model: str,
+                          cap: int) -> AsyncIterator[bytes]:
+    """A streamed message, as Anthropic sends one: ``message_start`` (the input tokens) at
+    once, the text in :data:`STREAM_PIECES` ``content_block_delta`` events after the model's
+    latency, ``message_delta`` (stop reason, output tokens), ``message_stop``. A failed call
+    ends the stream with an ``error`` event."""
+    yield _typed("message_start", {"message": {
+        "id": f"msg_{admission.call_id}", "type": "message", "role": "assistant",
+        "model": model, "content": [], "stop_reason": None,
+        "usage": {"input_tokens": admission.draw.input_tokens, "output_tokens": 1}}})
+    outcome = await backend.run(admission)
+    if outcome.status != 200:
+        yield _typed("error", {"error": {"type": "api_error",
+                                         "message": "simulated provider error"}})
+        return
+    answer, usage = str(outcome.body["answer"]), outcome.body["usage"]
+    yield _typed("content_block_start", {"index": 0,
+                                         "content_block": {"type": "text", "text": ""}})
+    step = max(1, -(-len(answer) // STREAM_PIECES))
+    for at in range(0, len(answer), step):
+        yield _typed("content_block_delta", {"index": 0, "delta": {
+            "type": "text_delta", "text": answer[at:at + step]}})
+    yield _typed("content_block_stop", {"index": 0})
+    yield _typed("message_delta", {
+        "delta": {"stop_reason": "max_tokens" if usage["output_tokens"] == cap else "end_turn",
+                  "stop_sequence": None},
+        # cumulative, the input with the system prompt's (as Anthropic's API sends it now)
+        "usage": {"input_tokens": usage["input_tokens"],
+                  "output_tokens": usage["output_tokens"]}})
+    yield _typed("message_stop", {})
+
+
 @faces.post("/v1/messages", response_model=None)
 async def messages(
     request: MessagesRequest, backend: Backend,
     anthropic_version: Annotated[str | None, Header()] = None,
 ) -> Response:
-    """Anthropic's messages: 200 after the model's latency, or 400 (no
+    """Anthropic's messages: 200 after the model's latency (``stream``: its server-sent
+    events), or 400 (no
     ``anthropic-version``)/404/429/500/504 with Anthropic's error object;
     ``anthropic-ratelimit-*`` headers if the profile sends them."""
     backend.calls["messages"] += 1
@@ -208,6 +246,10 @@ async def messages(
         return _anthropic_error(429, "rate_limit_error", f"Rate limit reached for "
                                 f"{admission.model} on {admission.reason}",
                                 {**said, **_retry_headers(admission)})
+    if request.stream:
+        return StreamingResponse(_message_events(backend, admission, request.model,
+                                                 request.max_tokens),
+                                 media_type="text/event-stream", headers=said)
     outcome = await backend.run(admission)
     if outcome.status != 200:
         kind = "timeout_error" if outcome.status == 504 else "api_error"
