@@ -49,6 +49,8 @@ class CallResult:
     signals: BackendSignals | None = None
     #: when the request was written to the connection (epoch seconds), if it was
     sent_at_s: float | None = None
+    #: why an answer ended, in OpenAI's words (None: the protocol does not say)
+    finish_reason: str | None = None
 
     @property
     def arrival_delay_s(self) -> float | None:
@@ -181,7 +183,8 @@ def _classify(wire: WireProtocol, config: BackendConfig, code: int, doc: dict[st
         return CallResult("error", error=f"HTTP {code} without {wire.answer_at(config)}",
                           latency_s=latency)
     return CallResult("ok", answer=answer.text, input_tokens=answer.input_tokens,
-                      output_tokens=answer.output_tokens, latency_s=latency)
+                      output_tokens=answer.output_tokens, latency_s=latency,
+                      finish_reason=answer.finish_reason)
 
 
 async def call_batch(

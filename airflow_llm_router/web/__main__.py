@@ -12,7 +12,7 @@ plugin. Every request needs ``Authorization: Bearer <token>``, the token being t
 (``--port 0``: any free port, the line says which). Bad options, a missing connection or an
 unreachable Redis: one ``error:`` line and exit status 2, before anything listens.
 
-With ``--backend-conn-id`` (a ``models_backend`` connection of the ``openai`` protocol) it
+With ``--backend-conn-id`` (a ``models_backend`` connection, any protocol) it
 also serves the governed OpenAI-compatible endpoint, ``/v1/chat/completions`` and
 ``/v1/models`` (docs/openai_endpoint.md). ``--workers N`` runs N uvicorn processes on the
 one socket; they share the quotas through Redis.
@@ -102,9 +102,10 @@ def _parser(config: QuotaConfig, prog: str) -> argparse.ArgumentParser:
                         help="the task store's schema (default: %(default)s)")
     parser.add_argument("--store-table", default=d.store_table,
                         help="the task store's table (default: %(default)s)")
-    parser.add_argument("--backend-conn-id", help="a models_backend connection of the openai "
-                        "protocol: serve the governed OpenAI-compatible endpoint "
-                        "(/v1/chat/completions, /v1/models) in front of it")
+    parser.add_argument("--backend-conn-id", help="a models_backend connection (openai, "
+                        "anthropic or models_backend protocol): serve the governed "
+                        "OpenAI-compatible endpoint (/v1/chat/completions, /v1/models) "
+                        "in front of it")
     parser.add_argument("--max-wait-s", type=_seconds, default=30.0,
                         help="the longest an OpenAI-compatible request waits for room in "
                         "its model's quota before a 429 (default: %(default)s)")

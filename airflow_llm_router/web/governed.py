@@ -8,8 +8,10 @@ release channel); this module only waits, sends and settles, as a solver does:
   ``max_completion_tokens`` (without one, the model's learned output per call), and the
   call counts in its window from when it was written to the backend (send stamps);
 - the lease is heartbeated while the call runs and settled when it ends, with the real
-  usage (a stream's from its final usage chunk, which is always asked for), or with the
-  estimate kept when the backend reported none (never less than the call may have spent);
+  usage (a stream's from its final usage chunk, which is always asked of an ``openai``
+  backend, or Anthropic's ``message_delta``: :mod:`~airflow_llm_router.web.streams`), or
+  with the estimate kept when the backend reported none (never less than the call may have
+  spent);
 - a stream is read from the backend to its end by a task of its own, so a client that
   disconnects mid-stream never leaves a lease unsettled.
 """
@@ -17,7 +19,6 @@ release channel); this module only waits, sends and settles, as a solver does:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -31,7 +32,6 @@ import aiohttp
 from airflow_llm_router.backend import BackendConfig, BackendHttp, CallResult
 from airflow_llm_router.backend.calls import read_reply, send_body, since_sent, stated
 from airflow_llm_router.backend.protocols import protocol_named
-from airflow_llm_router.backend.protocols.base import usage_counts
 from airflow_llm_router.backend.session import Reply
 from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Priority
@@ -39,6 +39,7 @@ from airflow_llm_router.solver.outage import RedisOutage
 from airflow_llm_router.solver.runner import settlement
 from airflow_llm_router.solver.sending import SendStamps
 from airflow_llm_router.solver.upkeep import Progress, keep_alive, stop_helpers
+from airflow_llm_router.web.streams import relay
 
 __all__ = ["REQUEST_ID_PREFIX", "Forwarded", "Governor", "StreamStart"]
 
@@ -50,16 +51,17 @@ REQUEST_ID_PREFIX = "oai:"
 REDIS_OUTAGE_S = 30.0
 #: Calls the endpoint sends to the backend at once, per process.
 MAX_CONNECTIONS = 1000
-_DONE = b"data: [DONE]\n\n"
 
 
 @dataclass(frozen=True)
 class Forwarded:
-    """A whole answer: the backend's status, body and ``Retry-After`` (a 429's)."""
+    """A whole answer: the backend's status, body and ``Retry-After`` (a 429's), and the
+    call's outcome as the backend's protocol reads it (None: the backend did not answer)."""
 
     status: int
     body: bytes
     retry_after_s: float | None = None
+    result: CallResult | None = None
 
 
 @dataclass
@@ -78,7 +80,8 @@ class Governor:
     """Admits, sends and settles the endpoint's calls, in one process's event loop.
 
     :param router: the engine's asyncio client (shared with the other routes).
-    :param backend: the backend connection's settings (``openai`` protocol).
+    :param backend: the backend connection's settings (any protocol: the bodies it is
+        given are already in it, :mod:`~airflow_llm_router.web.bridge`).
     :param max_wait_s: the longest a request waits for room before its 429.
     """
 
@@ -139,7 +142,7 @@ class Governor:
             await self._settle(lease_id, result)  # a cooldown counts before the client retries
         if reply is None:
             return Forwarded(502, _error_body(f"the backend did not answer: {result.error}"))
-        return Forwarded(reply.status_code, reply.body, result.retry_after_s)
+        return Forwarded(reply.status_code, reply.body, result.retry_after_s, result)
 
     async def stream(self, lease_id: str, body: Mapping[str, Any],
                      client_wants_usage: bool) -> StreamStart:
@@ -191,9 +194,8 @@ class Governor:
                                                    result.retry_after_s))
                     return result
                 started.set_result(out)
-                usage = await _relay(response, out.events, client_wants_usage)
-                inp, output = usage_counts(usage, "usage.prompt_tokens",
-                                           "usage.completion_tokens")
+                inp, output = await relay(response.content, out.events, self.backend,
+                                          str(body.get("model", "")), client_wants_usage)
                 return CallResult("ok", input_tokens=inp, output_tokens=output,
                                   latency_s=since_sent(sent_at, begun),
                                   signals=stated(self.backend, response.headers),
@@ -224,30 +226,6 @@ class Governor:
         if self.stamps is not None:
             await self.stamps.aclose()
         await self.http.aclose()
-
-
-async def _relay(response: aiohttp.ClientResponse, events: asyncio.Queue[bytes | None],
-                 client_wants_usage: bool) -> Any:
-    """Pass a stream's events on (the usage chunk only if the client asked for it); the
-    usage of its final chunk (None: it sent none)."""
-    usage: Any = None
-    async for raw in response.content:
-        line = raw.strip()
-        if not line.startswith(b"data:"):
-            continue  # blank lines end events, ':' lines are comments
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            events.put_nowait(_DONE)
-            continue
-        forward = True
-        with contextlib.suppress(ValueError):
-            chunk = json.loads(data)
-            if isinstance(chunk, dict) and chunk.get("usage") is not None:
-                usage = chunk["usage"]
-                forward = client_wants_usage or bool(chunk.get("choices"))
-        if forward:
-            events.put_nowait(b"data: " + data + b"\n\n")
-    return usage
 
 
 def _error_body(message: str) -> bytes:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -31,12 +32,21 @@ from redis.exceptions import RedisError
 from airflow_llm_router.backend.config import BackendConfig
 from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.engine.types import Priority
-from airflow_llm_router.exceptions import ConnectionConfigError, ImpossibleRequestError
+from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.hooks.models_backend import ModelsBackendHook
 from airflow_llm_router.tokens import count_input_tokens
 from airflow_llm_router.web.auth import _token_caller
+from airflow_llm_router.web.bridge import (
+    Untranslatable,
+    backend_body,
+    completion,
+    completion_events,
+    iter_events,
+    passes_through,
+    streams,
+)
 from airflow_llm_router.web.errors import first_line
-from airflow_llm_router.web.governed import Governor, relay_events
+from airflow_llm_router.web.governed import Forwarded, Governor, relay_events
 from airflow_llm_router.web.sources import Lazy, Unavailable
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "PRIORITY_HEADER", "OpenAIEndpoint", "backend_source",
@@ -236,28 +246,77 @@ async def _chat(request: Request) -> Response:
     chat, doc = _parse(await _read_body(request, endpoint.max_body_bytes))
     priority = _priority(request)
     governor = await _governor(request)
-    cap = chat.output_cap()
-    if cap is None and governor.backend.max_output_tokens is not None:
-        # the connection's default cap, sent and reserved, so the model's tpm holds exactly
-        cap = governor.backend.max_output_tokens
-        doc = {**doc, governor.backend.max_tokens_field: cap}
+    backend = governor.backend
+    cap, body = _backend_request(chat, doc, backend)
     try:
         admission = await governor.admit(chat.model, chat.input_tokens(), cap, priority)
     except ImpossibleRequestError as err:
         raise _impossible(err, chat) from err
     if admission is None:
         raise _rate_limited(chat, endpoint.max_wait_s)
-    if not chat.stream:
-        done = await governor.forward(admission.lease_id, doc)
-        return _backend_answer(done.status, done.body, done.retry_after_s)
     wants_usage = chat.stream_options is not None and chat.stream_options.include_usage
-    options = {**(doc.get("stream_options") or {}), "include_usage": True}
-    start = await governor.stream(admission.lease_id, {**doc, "stream_options": options},
-                                  wants_usage)
+    if not chat.stream or not streams(backend):
+        done = await governor.forward(admission.lease_id, body)
+        return _whole(chat, done, backend, cap, wants_usage)
+    start = await governor.stream(admission.lease_id, body, wants_usage)
     if start.status != 200:
-        return _backend_answer(start.status, start.body, start.retry_after_s)
-    return StreamingResponse(relay_events(start), media_type="text/event-stream",
+        if passes_through(backend):
+            return _backend_answer(start.status, start.body, start.retry_after_s)
+        return _backend_refusal(chat, start.status, start.body, start.retry_after_s)
+    return _event_stream(relay_events(start))
+
+
+def _backend_request(chat: ChatBody, doc: dict[str, Any], backend: BackendConfig,
+                     ) -> tuple[int | None, dict[str, Any]]:
+    """The call's output cap (reserved) and its body in the backend's protocol."""
+    cap = chat.output_cap()
+    if cap is None and backend.max_output_tokens is not None:
+        # the connection's default cap, sent and reserved, so the model's tpm holds exactly
+        cap = backend.max_output_tokens
+        if passes_through(backend):
+            doc = {**doc, backend.max_tokens_field: cap}
+    if chat.stream and passes_through(backend):  # the usage chunk settles the call
+        doc = {**doc, "stream_options": {**(doc.get("stream_options") or {}),
+                                         "include_usage": True}}
+    try:
+        return cap, backend_body(doc, cap, backend)
+    except Untranslatable as err:
+        raise OpenAIError(400, str(err), param=err.param, code="unsupported_parameter") from err
+
+
+def _whole(chat: ChatBody, done: Forwarded, backend: BackendConfig, cap: int | None,
+           wants_usage: bool) -> Response:
+    """A whole answer for the client: as sent by an ``openai`` backend, else translated
+    (as one chunk of a stream if one was asked of a protocol that does not stream)."""
+    if passes_through(backend) or done.result is None:
+        return _backend_answer(done.status, done.body, done.retry_after_s)
+    if done.result.status != "ok":
+        return _backend_refusal(chat, done.status, done.body, done.retry_after_s)
+    if chat.stream:
+        return _event_stream(iter_events(completion_events(done.result, chat.model, cap,
+                                                           wants_usage)))
+    return JSONResponse(completion(done.result, chat.model, cap))
+
+
+def _event_stream(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})
+
+
+def _backend_refusal(chat: ChatBody, status: int, body: bytes,
+                     retry_after_s: float | None) -> Response:
+    """A backend's refusal in another protocol, as OpenAI's error object (its status kept)."""
+    said = body[:300].decode(errors="replace")
+    if status == 429:
+        headers = None if retry_after_s is None else {"Retry-After": f"{retry_after_s:g}"}
+        return OpenAIError(429, f"Rate limit reached for {chat.model} at the backend: {said}",
+                           kind="rate_limit_error", code="rate_limit_exceeded",
+                           headers=headers).response()
+    if status < 400:  # answered without an answer where its protocol puts one
+        status = 502
+    return OpenAIError(status, f"The backend answered {status}: {said}",
+                       kind="api_error" if status >= 500 else "invalid_request_error",
+                       code="backend_error").response()
 
 
 @router.get("/v1/models", include_in_schema=False, response_model=None)
@@ -277,18 +336,14 @@ async def models(request: Request) -> Response:
 
 
 async def read_backend(conn_id: str) -> BackendConfig:
-    """The backend connection ``conn_id``'s settings; it must speak the ``openai`` protocol
-    (the endpoint passes OpenAI's bodies through as sent).
+    """The backend connection ``conn_id``'s settings, in any protocol (a chat completion
+    goes to an ``openai`` backend as sent, to another translated,
+    :mod:`~airflow_llm_router.web.bridge`).
 
     :raises AirflowNotFoundException: there is no such connection.
-    :raises ConnectionConfigError: it is of another protocol, or invalid.
+    :raises ConnectionConfigError: it is invalid.
     """
-    config = await ModelsBackendHook(conn_id).aget_config()
-    if config.protocol != "openai":
-        raise ConnectionConfigError(
-            conn_id, "extra.protocol", f"is {config.protocol}; the OpenAI endpoint forwards "
-            "chat completions as sent, so its backend must speak openai")
-    return config
+    return await ModelsBackendHook(conn_id).aget_config()
 
 
 def backend_source(conn_id: str) -> Lazy[BackendConfig]:

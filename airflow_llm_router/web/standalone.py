@@ -60,7 +60,7 @@ class Standalone:
     store_table: str = "tasks"
     #: the quota tables' place (the ``[llm_router]`` config's, as for the plugin)
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
-    #: the ``models_backend`` connection (``openai`` protocol) behind ``/v1/chat/completions``
+    #: the ``models_backend`` connection (any protocol) behind ``/v1/chat/completions``
     #: (None: the OpenAI-compatible endpoint is not served)
     backend_conn_id: str | None = None
     #: the longest an OpenAI-compatible request waits for room before its 429
@@ -98,8 +98,7 @@ class Standalone:
         return app
 
     async def check_backend(self) -> None:
-        """Read the backend connection once (so a missing one, or one of another protocol,
-        fails at start)."""
+        """Read the backend connection once (so a missing or invalid one fails at start)."""
         if self.backend_conn_id is not None:
             await read_backend(self.backend_conn_id)
 

@@ -25,12 +25,15 @@ from typing import Any
 from airflow_llm_router.backend.protocols.base import Answer, Call, WireProtocol, usage_counts
 from airflow_llm_router.backend.signals import BackendSignals, read_received, whole_header
 
-__all__ = ["ANTHROPIC_VERSION", "AnthropicProtocol"]
+__all__ = ["ANTHROPIC_VERSION", "FINISH_REASONS", "AnthropicProtocol"]
 
 #: the API version sent unless the connection's ``headers`` set ``anthropic-version``
 ANTHROPIC_VERSION = "2023-06-01"
 _HEADER = "anthropic-ratelimit-{kind}-{what}"
 _CACHE = ("cache_creation_input_tokens", "cache_read_input_tokens")
+#: Anthropic's ``stop_reason`` as OpenAI's ``finish_reason``
+FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop",
+                  "max_tokens": "length", "tool_use": "tool_calls", "refusal": "content_filter"}
 
 
 def _seconds_until(stamp: str | None) -> float | None:
@@ -64,7 +67,7 @@ class AnthropicProtocol(WireProtocol):
         options = call.options or {}
         cap = call.max_output_tokens or config.max_output_tokens
         body: dict[str, Any] = {"model": call.model, "max_tokens": cap,
-                                "messages": [{"role": "user", "content": call.prompt}]}
+                                "messages": call.turns()}
         for name in ("system", "temperature", "top_p"):
             if name in options:
                 body[name] = options[name]
@@ -84,7 +87,8 @@ class AnthropicProtocol(WireProtocol):
         if inp is not None and isinstance(usage, Mapping):
             inp += sum(n for n in (usage.get(k) for k in _CACHE)
                        if isinstance(n, int) and not isinstance(n, bool) and n > 0)
-        return Answer(text, inp, out)
+        stop = doc.get("stop_reason")
+        return Answer(text, inp, out, FINISH_REASONS.get(stop) if isinstance(stop, str) else None)
 
     def signals(self, headers: Mapping[str, str]) -> BackendSignals:
         hold: float | None = None

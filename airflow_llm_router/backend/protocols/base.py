@@ -25,22 +25,34 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Call:
     """One prompt to send: the admitted model, the output cap (None: uncapped) and the
-    task's call options (:mod:`airflow_llm_router.llm_call`; checked at enqueue)."""
+    task's call options (:mod:`airflow_llm_router.llm_call`; checked at enqueue).
+    ``messages``: a whole conversation (``user`` and ``assistant`` turns of text, the
+    system prompt in ``options``) in place of the one user ``prompt``, as the OpenAI
+    endpoint relays one; a protocol without turns takes ``prompt``."""
 
     model: str
     prompt: str
     max_output_tokens: int | None = None
     options: Mapping[str, Any] | None = None
+    messages: tuple[Mapping[str, Any], ...] | None = None
+
+    def turns(self) -> list[dict[str, Any]]:
+        """The conversation to send: ``messages``, or the prompt as one user turn."""
+        if self.messages:
+            return [dict(message) for message in self.messages]
+        return [{"role": "user", "content": self.prompt}]
 
 
 @dataclass(frozen=True)
 class Answer:
     """A call's answer and its token usage (None, None: usage unknown, so the engine keeps
-    its estimate for the call, never less)."""
+    its estimate for the call, never less). ``finish_reason``: why the answer ended, in
+    OpenAI's words (``stop``, ``length``, ...; None: the protocol does not say)."""
 
     text: str
     input_tokens: int | None
     output_tokens: int | None
+    finish_reason: str | None = None
 
 
 class WireProtocol(ABC):

@@ -38,7 +38,7 @@ class OpenAIProtocol(WireProtocol):
 
     def body(self, call: Call, config: Any) -> dict[str, Any]:
         options = call.options or {}
-        messages = [{"role": "user", "content": call.prompt}]
+        messages = call.turns()
         if "system" in options:
             messages.insert(0, {"role": "system", "content": options["system"]})
         body: dict[str, Any] = {"model": call.model, "messages": messages}
@@ -58,7 +58,9 @@ class OpenAIProtocol(WireProtocol):
             return None
         inp, out = usage_counts(doc.get("usage"), "usage.prompt_tokens",
                                 "usage.completion_tokens")
-        return Answer(str(message["content"] or ""), inp, out)
+        finish = choices[0].get("finish_reason")
+        return Answer(str(message["content"] or ""), inp, out,
+                      finish if isinstance(finish, str) else None)
 
     def signals(self, headers: Mapping[str, str]) -> BackendSignals:
         return read_signals(headers)

@@ -47,14 +47,15 @@ def _profile(rpm: int | None = None) -> SimulatorProfile:
 
 @pytest.fixture
 def serve(tmp_path: Path, namespace: str) -> Serve:
-    """Start the standalone server on the test's namespace in front of ``sim``, with extra
-    options; its base URL while the block runs."""
+    """Start the standalone server on the test's namespace in front of ``sim``'s face for
+    ``protocol``, with extra options; its base URL while the block runs."""
 
     @contextmanager
-    def run(sim: SimulatorServer, *options: str) -> Iterator[str]:
+    def run(sim: SimulatorServer, *options: str, protocol: str = "openai") -> Iterator[str]:
         env = server_env(tmp_path, namespace, TOKEN)
+        cap = 256 if protocol == "anthropic" else None  # Anthropic's API requires one
         env["AIRFLOW_CONN_" + BACKEND_CONN.upper()] = json.dumps(
-            face_connection(sim.url, "openai", timeout_s=30))
+            face_connection(sim.url, protocol, timeout_s=30, max_output_tokens=cap))
         with standalone_api(env, ["--token-conn-id", TOKEN_CONN, "--conn-id", ROUTER_CONN,
                                   "--backend-conn-id", BACKEND_CONN, *options],
                             tmp_path / "api.log") as url:
@@ -105,18 +106,25 @@ def test_an_answer_and_its_usage_are_settled(serve: Serve, sim: SimulatorServer,
     assert stats.tokens == answer.usage.total_tokens == backend["tokens_accepted"]
 
 
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 def test_a_stream_is_relayed_and_settled_from_its_usage_chunk(
-        serve: Serve, sim: SimulatorServer, engine: RouterClient) -> None:
+        serve: Serve, sim: SimulatorServer, engine: RouterClient, protocol: str) -> None:
+    """OpenAI's chunks as sent; Anthropic's events as OpenAI chunks (role, content,
+    finish reason), settled from the stream's own usage (``message_delta``)."""
     engine.set_quota("m", {"rpm": 100, "tpm": 100_000, "max_concurrency": 4})
-    with serve(sim) as url:
+    with serve(sim, protocol=protocol) as url:
         client = _client(url)
         plain = list(client.chat.completions.create(model="m", messages=MESSAGES,
                                                     max_tokens=64, stream=True))
         with_usage = list(client.chat.completions.create(
             model="m", messages=MESSAGES, max_tokens=64, stream=True,
             stream_options={"include_usage": True}))
-    text = "".join(c.choices[0].delta.content or "" for c in plain if c.choices)
-    assert text.startswith("[m] simulated answer")
+    for chunks in (plain, with_usage):
+        assert chunks[0].choices[0].delta.role == "assistant"
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text.startswith("[m] simulated answer")
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+        assert finishes[-1] in ("stop", "length") and finishes.count(None) == len(finishes) - 1
     # the usage chunk, asked of the backend for settling, reaches only the client that asked
     assert all(c.usage is None for c in plain)
     usage = with_usage[-1].usage
@@ -246,7 +254,7 @@ def test_concurrent_callers_over_a_small_quota_never_exceed_it(
     assert took >= 7 * window_s
 
 
-def test_a_missing_or_non_openai_backend_connection_fails_at_start(
+def test_a_missing_or_invalid_backend_connection_fails_at_start(
         tmp_path: Path, namespace: str) -> None:
     base = ["--port", "0", "--token-conn-id", TOKEN_CONN, "--conn-id", ROUTER_CONN,
             "--backend-conn-id", BACKEND_CONN]
@@ -254,7 +262,8 @@ def test_a_missing_or_non_openai_backend_connection_fails_at_start(
     missing = one_error_line(run_cli(base, env))
     assert BACKEND_CONN in missing and "--backend-conn-id" in missing
     env["AIRFLOW_CONN_" + BACKEND_CONN.upper()] = json.dumps(
-        {"conn_type": "models_backend", "host": "http://127.0.0.1:9"})
+        {"conn_type": "models_backend", "host": "http://127.0.0.1:9",
+         "extra": {"protocol": "grpc"}})
     other = one_error_line(run_cli(base, env))
-    assert "extra.protocol" in other and "openai" in other
+    assert "extra.protocol" in other and "grpc" in other
     assert "--max-wait-s" in one_error_line(run_cli([*base, "--max-wait-s", "soon"], env))

@@ -1,0 +1,116 @@
+"""A backend's server-sent events relayed to an OpenAI client as chat completion chunks,
+and the usage they report read for settling.
+
+- ``openai``: the chunks go as sent; the usage chunk (always asked of the backend) only to
+  a client that asked for it (``stream_options.include_usage``).
+- ``anthropic``: ``message_start`` (the input tokens) becomes the role chunk, each
+  ``text_delta`` a content chunk, ``message_delta`` (the stop reason, the output tokens)
+  the finish chunk, ``message_stop`` the usage chunk if asked for and ``[DONE]``; an
+  ``error`` event is passed on as OpenAI's error object. The usage is counted by the
+  protocol module, as for a whole answer (cache reads and writes are input too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterable, Mapping
+from typing import Any
+
+from airflow_llm_router.backend.config import BackendConfig
+from airflow_llm_router.backend.protocols import protocol_named
+from airflow_llm_router.backend.protocols.anthropic import FINISH_REASONS
+from airflow_llm_router.backend.protocols.base import usage_counts
+
+__all__ = ["DONE", "Usage", "relay"]
+
+DONE = b"data: [DONE]\n\n"
+#: input and output tokens a stream reported (None, None: it reported none)
+Usage = tuple[int | None, int | None]
+Events = asyncio.Queue[bytes | None]
+
+
+async def _data(lines: AsyncIterable[bytes]) -> Any:
+    """The ``data:`` payloads of a stream of SSE lines (``b"[DONE]"`` or JSON bytes)."""
+    async for raw in lines:
+        line = raw.strip()
+        if line.startswith(b"data:"):  # blank lines end events, ':' lines are comments
+            yield line[5:].strip()
+
+
+def _event(chunk: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+async def relay(lines: AsyncIterable[bytes], events: Events, backend: BackendConfig,
+                model: str, client_wants_usage: bool) -> Usage:
+    """Pass a stream on to ``events`` as OpenAI chunks; the usage it reported."""
+    if backend.protocol == "anthropic":
+        return await _from_anthropic(lines, events, backend, model, client_wants_usage)
+    return await _from_openai(lines, events, client_wants_usage)
+
+
+async def _from_openai(lines: AsyncIterable[bytes], events: Events,
+                       client_wants_usage: bool) -> Usage:
+    usage: Any = None
+    async for data in _data(lines):
+        if data == b"[DONE]":
+            events.put_nowait(DONE)
+            continue
+        forward = True
+        with contextlib.suppress(ValueError):
+            chunk = json.loads(data)
+            if isinstance(chunk, dict) and chunk.get("usage") is not None:
+                usage = chunk["usage"]
+                forward = client_wants_usage or bool(chunk.get("choices"))
+        if forward:
+            events.put_nowait(b"data: " + data + b"\n\n")
+    return usage_counts(usage, "usage.prompt_tokens", "usage.completion_tokens")
+
+
+async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
+                          backend: BackendConfig, model: str,
+                          client_wants_usage: bool) -> Usage:
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}
+    usage: dict[str, Any] = {}
+    wire = protocol_named(backend.protocol)
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return _event({**head, "choices": [{"index": 0, "delta": delta,
+                                            "finish_reason": finish}]})
+
+    async for data in _data(lines):
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "message_start":
+            usage.update((event.get("message") or {}).get("usage") or {})
+            events.put_nowait(chunk({"role": "assistant", "content": ""}))
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                events.put_nowait(chunk({"content": str(delta.get("text", ""))}))
+        elif kind == "message_delta":
+            usage.update(event.get("usage") or {})  # cumulative counts
+            stop = (event.get("delta") or {}).get("stop_reason")
+            events.put_nowait(chunk({}, FINISH_REASONS.get(str(stop), "stop")))
+        elif kind == "error":
+            error = event.get("error") or {}
+            events.put_nowait(_event({"error": {
+                "message": str(error.get("message", "the backend's stream failed")),
+                "type": str(error.get("type", "api_error")), "param": None, "code": None}}))
+        elif kind == "message_stop":
+            break
+    answer = wire.answer({"content": [], "usage": usage or None}, backend)
+    inp, out = (None, None) if answer is None else (answer.input_tokens, answer.output_tokens)
+    if client_wants_usage and inp is not None and out is not None:
+        events.put_nowait(_event({**head, "choices": [], "usage": {
+            "prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}}))
+    events.put_nowait(DONE)
+    return inp, out
