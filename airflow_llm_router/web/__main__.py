@@ -8,8 +8,9 @@
 The router connection and the task store default to the ``[llm_router]`` Airflow config
 (``router_conn_id``, ``postgres_conn_id``, ``task_schema``, ``task_table``), as for the
 plugin. Every request needs ``Authorization: Bearer <token>``, the token being the password of the
-``--token-conn-id`` connection. Prints ``serving on http://HOST:PORT`` once it listens
-(``--port 0``: any free port, the line says which). Bad options, a missing connection or an
+``--token-conn-id`` connection. Prints ``serving on http://HOST:PORT`` once it answers
+requests (the app loaded, in a worker process with ``--workers``; ``--port 0``: any free
+port, the line says which). Bad options, a missing connection or an
 unreachable Redis: one ``error:`` line and exit status 2, before anything listens.
 
 With ``--backend-conn-id`` (a ``models_backend`` connection, any protocol) it
@@ -38,6 +39,7 @@ from airflow_llm_router.cli_parser import CliParser, read_connections_as_airflow
 from airflow_llm_router.quotas.config import QuotaConfig
 from airflow_llm_router.web.errors import first_line
 from airflow_llm_router.web.openai_compat import DEFAULT_MAX_BODY_BYTES
+from airflow_llm_router.web.readiness import announce_when_answering
 from airflow_llm_router.web.standalone import Standalone, read_token
 
 #: Seconds an idle keep-alive connection stays open: longer than HTTP clients keep theirs
@@ -163,7 +165,9 @@ def main(argv: Sequence[str] | None = None, prog: str = MODULE_PROG) -> int:
                      "--port or --host")
     host, port = sock.getsockname()[:2]
     logging.getLogger(__name__).info("router namespace %r", namespace)
-    print(f"serving on http://{host}:{port}", flush=True)
+    # once a request is answered, not at bind time: the app may load long after
+    announce_when_answering(host, port,
+                            lambda: print(f"serving on http://{host}:{port}", flush=True))
     if args.workers > 1:
         os.environ[WORKER_ARGS_ENV] = json.dumps(
             list(sys.argv[1:] if argv is None else argv))
