@@ -28,7 +28,7 @@ from airflow_llm_router.triggers.solve import DrainTrigger
 from tests.integration.backends import serve_backend, set_quotas_from, small_profile
 
 __all__ = ["FIRST", "GUARD_MS", "WINDOW_S", "Drained", "N", "drain_across", "drain_started",
-           "drain_trigger"]
+           "drain_trigger", "solved_at"]
 
 #: tasks: about 15 s of the profile's 75 calls a second, so the drain outlasts the fault
 N = 1100
@@ -107,7 +107,8 @@ async def drain_started(store: TaskStore, pg_schema: str, settings: dict[str, An
     return drain
 
 
-def _solved_at(dsn: str, schema: str) -> list[float]:
+def solved_at(dsn: str, schema: str) -> list[float]:
+    """When each solved task of ``schema.tasks`` was solved (epoch seconds), in order."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(f'SELECT extract(epoch FROM solved_at) FROM "{schema}".tasks '
                             "WHERE status = 'solved' ORDER BY solved_at").fetchall()
@@ -144,4 +145,4 @@ async def drain_across(fault: Callable[[], object], *, url: str, conn: dict[str,
             in_flight = {m: s.in_flight for m, s in router.stats().models.items()}
         finally:
             router.close()
-    return Drained(started, ended, _solved_at(pg_dsn, pg_schema), event, stats, in_flight)
+    return Drained(started, ended, solved_at(pg_dsn, pg_schema), event, stats, in_flight)
