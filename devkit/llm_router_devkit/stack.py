@@ -145,6 +145,27 @@ class PgServer:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
+#: The settings the stack gives Airflow beyond where its parts are (home, DAGs, metadata
+#: database, executor, parallelism, the API server's address, the login): none of them
+#: is a tuning a deployment would not have. Everything else (the log level, the API
+#: server's workers, every timeout) is Airflow's default, as a deployment runs it.
+#: ``tests/unit/bench/test_as_deployed.py`` holds this; docs/benchmarks.md ("The method")
+#: says why each one is here.
+WORKAROUNDS: dict[str, str] = {
+    # A worker's supervisor notices its task process has exited only when its wait (at
+    # most this long, default 5 s) ends, and only then reports the try's end to the
+    # scheduler. Airflow 3.3.2 races there: if a deferred task's trigger fires and the
+    # resumed try is queued or running before the scheduler has processed the deferring
+    # process's (stale) "success" event, it marks the task failed ("state mismatch";
+    # apache/airflow#71580, #72716: 3.3.2 guards only a resumed try still "scheduled").
+    # Triggers that fire within seconds of deferring (the drain DAG's advice sensor when a
+    # backlog waits, a drain with nothing to do) meet it: the default 5 s failed runs
+    # here; 1 s keeps the stale event ahead of the resumed try. A deployment on 3.3.x
+    # needs the same (docs/deployment.md).
+    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+}
+
+
 @dataclass
 class StopReport:
     term_s: float  # SIGTERM until the group was empty (or until we gave up)
@@ -229,17 +250,10 @@ class AirflowStack:
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__API__BASE_URL": self.api_url,
-            "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-            # A worker's supervisor notices its task process has exited only when its wait
-            # (at most this long) ends. Airflow 3.3.2 races there: if a deferred task's trigger
-            # fires and the scheduler queues the resumed task before it has processed the
-            # deferring process's (stale) "success" event, it marks the task failed ("state
-            # mismatch"; apache/airflow#71580, #72716). The default of 5 s made that
-            # happen here; 1 s keeps the stale event ahead of the trigger's few seconds.
-            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+            **WORKAROUNDS,
         })
         if self.executor == "celery":
             env.update(self.celery_env())
