@@ -180,8 +180,12 @@ class Watch:
 
     def change_quota(self, factor: float) -> None:
         """The busiest model's limits cut by ``factor`` (:func:`lower_limits`)."""
-        model, before, provider = lower_limits(self.http, self.svc.router.set_quota,
-                                               self.svc.profile, self.workload, factor)
+        def set_quota(model: str, quota: dict[str, Any]) -> object:
+            # As a team lowers a quota: through the quota store (stored, audited, pushed).
+            return self.svc.quotas.put(model, quota, actor="bench.e2e", source="bench")
+
+        model, before, provider = lower_limits(self.http, set_quota, self.svc.profile,
+                                               self.workload, factor)
         self.change_done = True
         self.events.append({"at": self.now(), "event": "quota_change", "model": model,
                             "limits": provider, "before": before})

@@ -93,3 +93,79 @@ def test_no_benchmark_sets_a_routing_setting_a_deployment_does_not_have() -> Non
     assert not found, (
         "a benchmark must run the router at a deployment's defaults (ROUTING_FIELDS): "
         f"drop these or change the default for everyone: {found}")
+
+
+# --- Airflow as deployed: the product-path harness (bench.e2e and the devkit's stack) ---
+
+#: The stack's settings that say where things are and who logs in, not how Airflow runs:
+#: a deployment sets each of them too, to its own values.
+PLACEMENT = {
+    "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CORE__PARALLELISM",
+    "AIRFLOW__CORE__LOAD_EXAMPLES", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+    "AIRFLOW__API__HOST", "AIRFLOW__API__PORT", "AIRFLOW__API__BASE_URL",
+    "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
+    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+}
+#: Settings a deployment runs at Airflow's defaults, which the harness once changed: the
+#: log level (deployments log INFO) and the API server's workers.
+NEVER_SET = {"AIRFLOW__LOGGING__LOGGING_LEVEL", "AIRFLOW__API__WORKERS"}
+
+
+def _airflow_settings(tmp_path: Path) -> dict[str, str]:
+    """What the product-path benchmark's stack gives Airflow (``AirflowStack.env`` with
+    ``bench.e2e``'s additions), without starting it."""
+    from bench.e2e.services import airflow_settings
+    from llm_router_devkit.stack import AirflowStack
+
+    stack = AirflowStack(home=tmp_path, dags_folder=tmp_path, sql_alchemy_conn="postgresql://",
+                         connections={}, extra_env=airflow_settings(20))
+    return {k: v for k, v in stack.env().items() if k.startswith("AIRFLOW__")}
+
+
+def test_the_product_path_runs_airflow_at_its_defaults(tmp_path: Path) -> None:
+    from bench.e2e.services import airflow_settings
+    from llm_router_devkit.stack import WORKAROUNDS
+
+    settings = _airflow_settings(tmp_path)
+    assert set(settings) >= PLACEMENT  # the environment was read
+    assert not NEVER_SET & set(settings)
+    documented = set(WORKAROUNDS) | set(airflow_settings(20))
+    assert set(settings) - PLACEMENT <= documented, (
+        "a setting beyond Airflow's defaults: drop it, or put it in the stack's "
+        "WORKAROUNDS (or bench.e2e's airflow_settings) with the reason")
+
+
+def test_each_setting_the_harness_needs_is_explained_in_the_method() -> None:
+    from bench.e2e.services import airflow_settings
+    from llm_router_devkit.stack import WORKAROUNDS
+
+    method = (BENCH.parent / "docs" / "benchmarks.md").read_text()
+    missing = [k for k in (*WORKAROUNDS, *airflow_settings(20)) if k not in method]
+    assert not missing, f"docs/benchmarks.md, 'The method', must say why: {missing}"
+
+
+def quota_writes(source: str, name: str = "<source>") -> Iterator[str]:
+    """Where ``source`` writes quotas into Redis itself (a router client's ``set_quota``,
+    ``delete_quota``, ``sync_quotas``), past the quota store."""
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"set_quota", "delete_quota", "sync_quotas"}):
+            yield f"{name}:{node.lineno}: {node.func.attr}"
+
+
+@pytest.mark.parametrize(("source", "hits"), [
+    ("router.set_quota('m', q)", 1), ("svc.router.delete_quota('m')", 1),
+    ("quotas.put('m', q, actor='a')", 0), ("quotas.load(qs, actor='a')", 0),
+])
+def test_the_check_finds_a_quota_written_past_the_store(source: str, hits: int) -> None:
+    assert len(list(quota_writes(source))) == hits
+
+
+def test_the_product_path_loads_its_quotas_as_a_deployment_does() -> None:
+    files = sorted((BENCH / "e2e").glob("*.py"))
+    assert any(p.name == "services.py" for p in files), BENCH
+    found = [hit for p in files
+             for hit in quota_writes(p.read_text(), str(p.relative_to(BENCH.parent)))]
+    assert not found, (
+        "bench.e2e sets quotas through its QuotaStore (stored, audited, pushed with the "
+        f"sync marker), as 'llm-router quotas load' does: {found}")
