@@ -159,9 +159,11 @@ WORKAROUNDS: dict[str, str] = {
     # process's (stale) "success" event, it marks the task failed ("state mismatch";
     # apache/airflow#71580, #72716: 3.3.2 guards only a resumed try still "scheduled").
     # Triggers that fire within seconds of deferring (the drain DAG's advice sensor when a
-    # backlog waits, a drain with nothing to do) meet it: the default 5 s failed runs
-    # here; 1 s keeps the stale event ahead of the resumed try. A deployment on 3.3.x
-    # needs the same (docs/deployment.md).
+    # backlog waits, a drain with nothing to do) meet it: the default 5 s failed the smoke
+    # test when it was written; 1 s keeps the stale event ahead of the resumed try. Rare,
+    # not gone: later runs at 5 s passed (the supervisor usually sees the exit at once),
+    # and the upstream fix is not released. A deployment on 3.3.x sets the same
+    # (docs/deployment.md), so this is no tuning a deployment lacks.
     "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
 }
 
