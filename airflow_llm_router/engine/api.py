@@ -1,28 +1,25 @@
 """The public operations of a router client, written once for the sync and async clients.
 
 Each operation is a step generator (see :class:`~airflow_llm_router.engine.core.RouterCore`)
-wrapped in :class:`operation`, a descriptor that hands the generator to the client's
-``_drive``: the sync client (a :class:`SyncDriver`) runs it with blocking calls and returns
-the result, the async client (an :class:`AsyncDriver`) runs it with awaited calls and returns
-an awaitable. The descriptor's overloads tell a type checker which of the two a method
-returns on which client, so each operation is written and typed once and the clients only
-do I/O.
+wrapped in :class:`~airflow_llm_router.engine.operation.operation`, the descriptor that
+hands the generator to the client's ``_drive`` (blocking on the sync client, awaited on
+the async one), so each operation is written and typed once and the clients only do I/O.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from airflow_llm_router.engine.advice import Advice
 from airflow_llm_router.engine.core import RouterCore
 from airflow_llm_router.engine.decoding import Decision
 from airflow_llm_router.engine.encoding import Completion
 from airflow_llm_router.engine.history import RouterHistory
+from airflow_llm_router.engine.operation import AsyncDriver, SyncDriver, operation
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget
 from airflow_llm_router.engine.restore import (
     Durable,
@@ -53,64 +50,13 @@ log = logging.getLogger(__name__)
 #: How often a client repeats that its quota source cannot be read.
 SOURCE_WARNING_EVERY_S = 60.0
 
-P = ParamSpec("P")
 R = TypeVar("R")
+
 
 def single_decision(decision: Decision) -> Admission | Wait:
     if isinstance(decision, Rejection):
         raise ImpossibleRequestError(decision.reason, decision.message())
     return decision
-
-
-class SyncDriver:
-    """A client that runs steps with blocking calls."""
-
-    def _drive(self, step: Steps[R]) -> R:
-        raise NotImplementedError
-
-
-class AsyncDriver:
-    """A client that runs steps with awaited calls."""
-
-    async def _drive(self, step: Steps[R]) -> R:
-        raise NotImplementedError
-
-
-class operation(Generic[P, R]):
-    """Makes ``def op(self, ...) -> Steps[R]`` a client method that returns ``R`` on a
-    :class:`SyncDriver` and ``Awaitable[R]`` on an :class:`AsyncDriver`.
-
-    The method is built on a client's first use of it and kept in the client's own
-    attributes, which Python looks in first from then on: a solver calls a few of these
-    per answer, and building one (``functools.wraps``) costs several microseconds."""
-
-    def __init__(self, build: Callable[Concatenate[RouterAPI, P], Steps[R]]) -> None:
-        self._build = build
-        self.__doc__ = build.__doc__
-        self.__name__ = build.__name__
-        self._attr = build.__name__
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._attr = name
-
-    @overload
-    def __get__(self, client: None, owner: type) -> operation[P, R]: ...
-    @overload
-    def __get__(self, client: SyncDriver, owner: type) -> Callable[P, R]: ...
-    @overload
-    def __get__(self, client: AsyncDriver, owner: type) -> Callable[P, Awaitable[R]]: ...
-
-    def __get__(self, client: Any, owner: type) -> Any:
-        if client is None:
-            return self
-        build = self._build
-
-        @functools.wraps(build)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            return client._drive(build(client, *args, **kwargs))
-
-        vars(client)[self._attr] = run
-        return run
 
 
 class RouterAPI:

@@ -11,13 +11,14 @@ import redis.asyncio as aioredis
 
 from airflow_llm_router.engine.api import AsyncDriver, RouterAPI, single_decision
 from airflow_llm_router.engine.connect import async_redis, target_from_url
-from airflow_llm_router.engine.core import Command, RouterCore, Script
+from airflow_llm_router.engine.core import RouterCore
 from airflow_llm_router.engine.failover import watch_master
 from airflow_llm_router.engine.merger import ScriptMerger
 from airflow_llm_router.engine.releases import RELEASE_HELPS, ReleaseListener
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.slots import SlotRetry, retried_in_migration
+from airflow_llm_router.engine.steps import Command, Script
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 
 __all__ = ["AsyncRouterClient"]

@@ -4,15 +4,15 @@ Every operation is a generator that yields the Redis steps it needs (:class:`Scr
 :class:`Command`) and returns the decoded result. The sync and asyncio clients only run the
 steps (``sync_client.py``, ``async_client.py``), so the two can never drift apart. Checking
 and encoding what callers send (requests, completions) lives in ``encoding.py``, reading
-what the scripts answer in ``decoding.py``.
+what the scripts answer in ``decoding.py``; the steps themselves (:class:`Script`,
+:class:`Command`) in ``steps.py``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from airflow_llm_router.engine.advice import Advice, advise_from_stats
@@ -27,6 +27,7 @@ from airflow_llm_router.engine.keys import RouterKeys, lease_model
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget, validate_model_name
 from airflow_llm_router.engine.scripts import model_keys
 from airflow_llm_router.engine.stats import RouterStats
+from airflow_llm_router.engine.steps import DURABLE_OPS, Command, Script, Step
 from airflow_llm_router.engine.types import (
     AdmitRequest,
     RouterSettings,
@@ -43,41 +44,6 @@ ADMIT_CHUNK = 256
 #: Times a call that may touch every model re-reads the list of models after the script
 #: found one it did not declare (added since), before giving up.
 STALE_RETRIES = 2
-
-
-@dataclass(frozen=True)
-class Script:
-    """Run one of the router's Lua operations with these ARGV (after the settings).
-
-    List operations (admit, complete, heartbeat, sent) carry their ``items`` instead: one
-    JSON list, one reply entry per item, so a client may merge concurrent calls.
-    ``models``: every model whose keys the call may touch (declared in ``KEYS``).
-    """
-
-    op: str
-    args: tuple[Any, ...] = ()
-    items: tuple[Any, ...] | None = None
-    models: tuple[str, ...] = ()
-
-    def argv(self) -> tuple[Any, ...]:
-        if self.items is None:
-            return self.args
-        return (json.dumps(self.items, separators=(",", ":")),)
-
-
-#: Operations whose writes a failover must not lose: with ``replicas_to_wait``, the client
-#: sends each with a ``WAIT`` on the same connection (:meth:`RouterCore.replicated`).
-DURABLE_OPS = frozenset({"admit", "set_quota", "delete_quota", "set_budget"})
-
-
-@dataclass(frozen=True)
-class Command:
-    """Run one plain Redis command."""
-
-    args: tuple[Any, ...]
-
-
-Step = Generator[Script | Command, Any, T]
 
 
 def _unique(names: Any) -> tuple[str, ...]:

@@ -31,8 +31,9 @@ import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from airflow_llm_router.engine.core import RouterCore, Script
+from airflow_llm_router.engine.core import RouterCore
 from airflow_llm_router.engine.scripts import script_source
+from airflow_llm_router.engine.steps import Script
 
 __all__ = ["MasterWatch", "connection_class", "watch_master"]
 

@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from airflow_llm_router.coalesce import Coalescer
-from airflow_llm_router.engine.core import ADMIT_CHUNK, Script
+from airflow_llm_router.engine.core import ADMIT_CHUNK
+from airflow_llm_router.engine.steps import Script
 
 __all__ = ["ScriptMerger"]
 

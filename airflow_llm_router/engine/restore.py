@@ -31,9 +31,10 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from airflow_llm_router.engine.core import Command, RouterCore, Script, Step
+from airflow_llm_router.engine.core import RouterCore
 from airflow_llm_router.engine.decoding import Decision
 from airflow_llm_router.engine.quota import ModelQuota, RouterBudget
+from airflow_llm_router.engine.steps import Command, Script, Step
 from airflow_llm_router.engine.types import AdmitRequest, Rejection
 
 __all__ = [

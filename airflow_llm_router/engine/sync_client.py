@@ -10,11 +10,12 @@ from redis.cluster import ClusterPubSub
 
 from airflow_llm_router.engine.api import RouterAPI, SyncDriver, single_decision
 from airflow_llm_router.engine.connect import sync_redis, target_from_url
-from airflow_llm_router.engine.core import Command, RouterCore, Script
+from airflow_llm_router.engine.core import RouterCore
 from airflow_llm_router.engine.failover import watch_master
 from airflow_llm_router.engine.restore import LoadQuotas, QuotaSource, Steps
 from airflow_llm_router.engine.scripts import OPERATIONS, script_source
 from airflow_llm_router.engine.slots import SlotRetry, refused_by_migration
+from airflow_llm_router.engine.steps import Command, Script
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 
 __all__ = ["RouterClient"]

@@ -6,24 +6,16 @@ a new task is claimed as soon as a prompt finishes, answers are written as they 
 by claim token, in small batches), and the claims of prompts still in progress are extended,
 so the claim TTL can stay short and a crashed triggerer's tasks come back quickly.
 
-The store is synchronous (psycopg); its calls run in a worker thread, one at a time. They
-ride out a store outage (a PostgreSQL restart or failover) for ``store_outage_s``: retried
-with backoff, answers kept buffered meanwhile, then the drain goes on (see
-:mod:`airflow_llm_router.solver.outage`).
-
-At about 440 lines the module is over the house's 350, for now: the loop that claims as
-prompts finish, the answer buffer, the claim extensions and the store-outage wrapper around
-each store call share the drain's buffer and outage budget on every step. The next cut is
-the store-call wrapper with its buffer, as a small object the drain holds; it was left for
-a change of its own, with the fault tests run before and after it.
+The store calls themselves (one at a time in a worker thread, riding out a store outage for
+``store_outage_s``), the claims held and the answers not yet written are a
+:class:`~airflow_llm_router.solver.store_calls.StoreCalls` the drain holds; this module
+decides when to claim, wait, write and extend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,16 +25,15 @@ from typing import Any
 import psycopg
 
 from airflow_llm_router.engine.types import as_on_budget, as_priority
-from airflow_llm_router.exceptions import TaskStoreUnavailable
 from airflow_llm_router.llm_call import call_options
 from airflow_llm_router.names import DEFAULT_KIND
 from airflow_llm_router.solver.inflight import InFlight
 from airflow_llm_router.solver.items import SolveItem, SolveResult
-from airflow_llm_router.solver.outage import StoreOutage
 from airflow_llm_router.solver.runner import Solver
 from airflow_llm_router.solver.settings import DrainSettings
+from airflow_llm_router.solver.store_calls import DrainState, StoreCalls
 from airflow_llm_router.solver.upkeep import BACKLOG_REPORT_CAP, report_backlog, stop_helpers
-from airflow_llm_router.store import ClaimedTask, TaskFailure, TaskResult, TaskStore
+from airflow_llm_router.store import ClaimedTask, TaskStore
 from airflow_llm_router.store.watch import BacklogWatch
 
 __all__ = ["DrainState", "drain_store"]
@@ -54,31 +45,6 @@ OTHERS_RECHECK_S = 1.0
 
 #: The backlog watch's connection broke or could not be made (a store outage).
 WATCH_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
-
-
-@dataclass
-class DrainState:
-    """A drain's totals, reported in the trigger's event as its summary."""
-
-    started: float
-    chunks: int = 0
-    solved: int = 0
-    failed: int = 0
-    dead: int = 0
-    released: int = 0
-    stale: int = 0
-    adopted: int = 0
-    hedged: int = 0
-
-    def add(self, counts: dict[str, int]) -> None:
-        for name, n in counts.items():
-            setattr(self, name, getattr(self, name) + n)
-
-    def summary(self) -> dict[str, Any]:
-        return {"solved": self.solved, "failed": self.failed, "dead": self.dead,
-                "released": self.released, "stale": self.stale, "chunks": self.chunks,
-                "adopted": self.adopted, "hedged": self.hedged,
-                "elapsed_s": round(time.time() - self.started, 3)}
 
 
 def chunk_items(claimed: list[ClaimedTask]) -> list[SolveItem]:
@@ -101,34 +67,6 @@ def _cap(options: dict[str, Any] | None) -> int | None:
     return cap if isinstance(cap, int) else None
 
 
-def write_results(store: TaskStore, tokens: dict[int, str],
-                  results: list[SolveResult]) -> dict[str, int]:
-    """Write results, each fenced by its claim token, in three statements; returns counts
-    of ``solved``, ``failed``, ``dead``, ``released``, ``stale`` (writes refused) and
-    ``hedged`` (results whose prompt had a late call hedged)."""
-    solved = [TaskResult(int(r.key), tokens[int(r.key)], r.answer or "", r.model or "",
-                         r.input_tokens, r.output_tokens)
-              for r in results if r.status == "solved"]
-    failed = [TaskFailure(int(r.key), tokens[int(r.key)], r.error or "failed", r.retryable,
-                          r.model)
-              for r in results if r.status == "failed"]
-    unfinished = {int(r.key): tokens[int(r.key)] for r in results if r.status == "unfinished"}
-    written = store.complete_many(solved) if solved else {}
-    statuses = store.fail_many(failed) if failed else {}
-    released = store.release_many(unfinished) if unfinished else {}
-    stale = (len(written) - sum(written.values())
-             + sum(1 for s in statuses.values() if s is None)
-             + len(released) - sum(released.values()))
-    if stale:
-        log.warning("%d results were refused: their claims had expired and were re-claimed",
-                    stale)
-    return {"solved": sum(written.values()),
-            "failed": sum(1 for s in statuses.values() if s is not None),
-            "dead": sum(1 for s in statuses.values() if s == "dead"),
-            "released": sum(released.values()), "stale": stale,
-            "hedged": sum(r.hedged for r in results)}
-
-
 @dataclass
 class _Draining:
     store: TaskStore
@@ -137,68 +75,18 @@ class _Draining:
     deadline: float
     state: DrainState
     earlier_workers: tuple[str, ...] = ()
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    claims: dict[int, str] = field(default_factory=dict)
-    results: list[SolveResult] = field(default_factory=list)
     watch: BacklogWatch | None = None
     waiting_for_others: bool = False
     until_empty: bool = False
-    outage: StoreOutage = field(init=False)
+    io: StoreCalls = field(init=False)
 
     def __post_init__(self) -> None:
-        self.outage = StoreOutage(self.settings.store_outage_s, deadline=self.deadline)
+        self.io = StoreCalls(self.store, self.settings, self.deadline, self.state)
 
     async def call(self, fn: Any, *args: Any, past_deadline: bool = False,
                    **kwargs: Any) -> Any:
-        """Run a store call in a thread, one at a time, retried through a store outage
-        within ``store_outage_s`` and (unless ``past_deadline``: writes that keep answers
-        and claims) the deadline.
-
-        :raises TaskStoreUnavailable: past the outage budget (or the deadline), saying how
-            many answers are still buffered, unwritten.
-        """
-        try:
-            return await self.outage.call(self._call_once,
-                                          functools.partial(fn, *args, **kwargs),
-                                          what=getattr(fn, "__name__", "a store call"),
-                                          past_deadline=past_deadline)
-        except TaskStoreUnavailable as err:
-            raise TaskStoreUnavailable(
-                f"{err} (the task store stayed unreachable past store_outage_s="
-                f"{self.settings.store_outage_s:g} s or the drain's deadline; "
-                f"{len(self.results)} answers not written, {len(self.claims)} claims held: "
-                "their tasks come back when the claims expire)") from err
-
-    async def _call_once(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run a store call in a thread, one at a time. If the drain is cancelled meanwhile,
-        the statement still finishes before the cancellation goes on, so the clean-up that
-        follows finds the store free and its bookkeeping complete (a claim taken by then is
-        handed back).
-
-        The call runs on the executor's future, not in a task (``asyncio.to_thread``'s): a
-        shutdown that cancels every task of the loop at once (``asyncio.run`` interrupted,
-        as ``dag.test()``'s inline trigger is by Ctrl-C or SIGTERM) cancelled that task
-        too, the drain went on without waiting, and the tasks its claim took after that
-        stayed claimed until their claims expired (2 of 40 drains interrupted at random)."""
-        loop = asyncio.get_running_loop()
-        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        async with self.lock:
-            done = loop.run_in_executor(None, call)
-            try:
-                return await asyncio.shield(done)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    await done
-                raise
-
-    async def claim(self, n: int) -> list[Any]:
-        def take() -> list[Any]:  # records the claims even if the drain is being cancelled
-            claimed = self.store.claim(n, worker_id=self.worker_id,
-                                       claim_ttl_s=self.settings.claim_ttl_s)
-            self.claims.update({t.id: t.claim_token for t in claimed})
-            return claimed
-
-        return list(await self.call(take))
+        """A store call through the drain's :class:`StoreCalls`."""
+        return await self.io.call(fn, *args, past_deadline=past_deadline, **kwargs)
 
     async def adopt(self, solver: Solver) -> list[asyncio.Task[SolveResult]]:
         """Take back this worker's own live claims (left by an earlier run of the same
@@ -206,15 +94,7 @@ class _Draining:
         of the same task, ended by a crash), and solve them first, so nothing waits for
         their claims to expire. Their calls are admitted afresh: the dead run may have sent
         them, and its leases count until they expire."""
-        def take() -> list[Any]:
-            adopted = []
-            for worker in (self.worker_id, *self.earlier_workers):
-                adopted += self.store.adopt(worker_id=worker,
-                                            claim_ttl_s=self.settings.claim_ttl_s)
-            self.claims.update({t.id: t.claim_token for t in adopted})
-            return adopted
-
-        adopted = list(await self.call(take))
+        adopted = await self.io.adopt((self.worker_id, *self.earlier_workers))
         if adopted:
             self.state.adopted += len(adopted)
             solver.progress.total += len(adopted)
@@ -224,28 +104,12 @@ class _Draining:
 
     async def start(self, solver: Solver, n: int) -> list[asyncio.Task[SolveResult]]:
         """Claim up to ``n`` tasks and start solving each."""
-        claimed = await self.claim(n)
+        claimed = await self.io.claim(n, self.worker_id)
         if claimed:
             self.state.chunks += 1
             solver.progress.total += len(claimed)
         return [asyncio.create_task(solver.solve(item))
                 for item in chunk_items(claimed)]
-
-    async def flush(self) -> None:
-        """Write the buffered results, one statement per status, each retried through a
-        store outage even past the deadline (the answers are paid for); a result leaves
-        the buffer only once written, so what an outage past its budget stops is tried
-        again by the drain's last flush."""
-        for status in ("solved", "failed", "unfinished"):
-            part = [r for r in self.results if r.status == status]
-            if not part:
-                continue
-            tokens = {int(r.key): self.claims[int(r.key)] for r in part}
-            self.state.add(await self.call(write_results, self.store, tokens, part,
-                                           past_deadline=True))
-            self.results = [r for r in self.results if r.status != status]
-            for task_id in tokens:
-                del self.claims[task_id]
 
     async def idle(self) -> bool:
         """Nothing in progress: whether to claim again (tasks remain, arrived while
@@ -332,11 +196,6 @@ class _Draining:
             await self.watch.__aexit__(None, None, None)
             self.watch = None
 
-    async def extend(self) -> None:
-        if self.claims:
-            await self.call(self.store.extend_claims, dict(self.claims),
-                            claim_ttl_s=self.settings.claim_ttl_s, past_deadline=True)
-
 
 def _collect(done: Sequence[asyncio.Task[SolveResult]],
              results: list[SolveResult]) -> BaseException | None:
@@ -414,17 +273,17 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
                 quiet_until = 0.0  # claim again at once
                 continue
             done = await active.wait(settings.flush_every_s)
-            failure = _collect(done, d.results)
+            failure = _collect(done, d.io.results)
             if failure is not None:  # write what was answered, then end loudly
-                await d.flush()
+                await d.io.flush()
                 raise failure
             solver.check()
             now = time.monotonic()
             if now - last_flush >= settings.flush_every_s or not active:
-                await d.flush()
+                await d.io.flush()
                 last_flush = now
             if now - last_extend >= settings.claim_ttl_s / 3:
-                await d.extend()
+                await d.io.extend()
                 last_extend = now
     finally:
         stop_reporting.set()
@@ -433,8 +292,6 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
         await asyncio.gather(*active, return_exceptions=True)
         await stop_helpers([reporter])
         await d.close()
-        await d.flush()
-        if d.claims:  # cut short: give the rest back at once rather than at claim expiry
-            released = await d.call(store.release_many, dict(d.claims), past_deadline=True)
-            state.released += sum(released.values())
+        await d.io.flush()
+        await d.io.release_rest()  # cut short: give the rest back at once, not at expiry
     return state

@@ -7,15 +7,12 @@ a 5xx or timeout after a backoff. Live leases are heartbeated together, not one 
 A prompt's call options (``metadata.llm_call``) and the protocol's refusal of them are
 checked here too, before admission, so a refused option costs no lease.
 
-The Solver's per-prompt steps (attempts, call, hedge, settle) share its state, so they stay
-in one module; the loops that run beside them (heartbeats, progress, stopping) are in
+The Solver's per-prompt steps (attempts, call, hedge) share its state, so they stay in one
+module; the loops that run beside them (heartbeats, progress, stopping) are in
 :mod:`airflow_llm_router.solver.upkeep`, the hedge's waits and targets in
-:mod:`~airflow_llm_router.solver.hedging` and batched sends in
-:mod:`~airflow_llm_router.solver.sending`. At about 380 lines it is not split further: the
-next piece that could leave, settling a lease (with its fallback to a bare outcome), is
-about 40 lines that read the Solver's router, outage budget and set of pending
-settlements, and the close in :func:`solving` waits on that set; moved out, it would take
-all three as arguments and give one back.
+:mod:`~airflow_llm_router.solver.hedging`, batched sends in
+:mod:`~airflow_llm_router.solver.sending` and settling a lease (what a call's result tells
+the engine, and the fallback to a bare outcome) in :mod:`~airflow_llm_router.solver.settling`.
 """
 
 from __future__ import annotations
@@ -39,14 +36,15 @@ from airflow_llm_router.backend import (
 )
 from airflow_llm_router.backend.protocols import protocol_named
 from airflow_llm_router.engine import AsyncRouterClient, Completion
-from airflow_llm_router.engine.types import Admission, AdmitRequest, Outcome
+from airflow_llm_router.engine.types import Admission, AdmitRequest
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
 from airflow_llm_router.solver.hedging import HedgeTargets, first_answer, late_and_idle
 from airflow_llm_router.solver.items import SolveItem, SolveResult
-from airflow_llm_router.solver.outage import REDIS_DOWN, RedisOutage
+from airflow_llm_router.solver.outage import RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
 from airflow_llm_router.solver.settings import SolveSettings
+from airflow_llm_router.solver.settling import outcome_of, settle, settlement
 from airflow_llm_router.solver.upkeep import Progress, keep_alive, report, stop_helpers
 from airflow_llm_router.tokens import count_input_tokens
 
@@ -285,52 +283,8 @@ class Solver:
         task.add_done_callback(self.settling.discard)
 
     async def _settle(self, done: Completion) -> None:
-        """Settle one lease; never raises (an answered call's settlement runs in the
-        background, where an error would go unseen, and a failed call's must not fail the
-        drain). Past the Redis outage budget it is dropped: its slot frees when the lease
-        expires, its window usage stays as estimated (never less). Any other error (a bug,
-        or a backend answer the engine cannot take) is logged with its traceback and the
-        lease is settled again with nothing but its outcome (usage unknown: the estimate
-        stays), so its slot frees now rather than at its expiry."""
-        try:
-            await self.outage.call(self.router.complete_many, [done], what="settlement")
-            return
-        except REDIS_DOWN:
-            log.warning("lease %s not settled (Redis unreachable); it expires by itself",
-                        done.lease_id)
-            return
-        except Exception as err:
-            log.exception("lease %s: settlement failed (%r); settling it again with usage "
-                          "unknown", done.lease_id, err)
-        # only the outcome: a 429 still cools the model down (for the engine's default time)
-        bare = Completion(done.lease_id, outcome=done.outcome)
-        try:
-            await self.outage.call(self.router.complete_many, [bare], what="settlement")
-        except Exception as err:
-            log.error("lease %s not settled (%r); it expires by itself", done.lease_id, err,
-                      exc_info=not isinstance(err, REDIS_DOWN))
-
-
-def outcome_of(result: CallResult) -> Outcome:
-    """What a call's result tells the engine: ok, rate limited, the backend does not know
-    the model, or an error (any other refusal counts as one)."""
-    if result.status in ("ok", "rate_limited", "unknown_model"):
-        return result.status
-    return "error"
-
-
-def settlement(lease_id: str, result: CallResult) -> Completion:
-    """The settlement of a lease from its call's result: the outcome, the actual usage,
-    and what the backend said of its limits and timing."""
-    outcome = outcome_of(result)
-    said = result.signals
-    return Completion(lease_id, result.input_tokens, result.output_tokens, outcome,
-                      result.retry_after_s, arrival_delay_s=result.arrival_delay_s,
-                      hold_s=said.hold_s if said else None,
-                      announced_rpm=said.limit_requests if said else None,
-                      announced_tpm=said.limit_tokens if said else None,
-                      latency_s=result.latency_s if outcome == "ok" else None,
-                      received_at_s=said.received_at_s if said else None)
+        """Settle one lease; never raises (see :func:`settle`)."""
+        await settle(self.router, self.outage, done)
 
 
 @contextlib.asynccontextmanager

@@ -36,8 +36,8 @@ from airflow_llm_router.backend.session import Reply
 from airflow_llm_router.engine.async_client import AsyncRouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Priority
 from airflow_llm_router.solver.outage import RedisOutage
-from airflow_llm_router.solver.runner import settlement
 from airflow_llm_router.solver.sending import SendStamps
+from airflow_llm_router.solver.settling import settlement
 from airflow_llm_router.solver.upkeep import Progress, keep_alive, stop_helpers
 from airflow_llm_router.web.streams import relay
 
