@@ -32,12 +32,9 @@ from pathlib import Path
 import httpx
 import redis
 
-from airflow_llm_router.engine import RouterClient
-from airflow_llm_router.engine.async_client import AsyncRouterClient
-from airflow_llm_router.engine.types import RouterSettings
-from airflow_llm_router.quotas.quota_store import QuotaStore
-from airflow_llm_router.web import Lazy, create_app, token_access
-from airflow_llm_router.web.service import QuotaService
+from airflow_llm_router.engine import AsyncRouterClient, RouterClient, RouterSettings
+from airflow_llm_router.quotas import QuotaStore
+from airflow_llm_router.web import Lazy, QuotaService, create_app, token_access
 from bench.common import drop_schema, interruptible, write_raw
 from bench.scale import HUGE, learn
 from llm_router_devkit.redis_tools import PrivateRedis

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from airflow_llm_router.web.app import create_app
 from airflow_llm_router.web.auth import Access, Caller, Reader, Writer, airflow_access, token_access
+from airflow_llm_router.web.service import QuotaService
 from airflow_llm_router.web.sources import Lazy, Unavailable
 
-__all__ = ["Access", "Caller", "Lazy", "Reader", "Unavailable", "Writer", "airflow_access",
-           "create_app", "token_access"]
+__all__ = ["Access", "Caller", "Lazy", "QuotaService", "Reader", "Unavailable", "Writer",
+           "airflow_access", "create_app", "token_access"]
