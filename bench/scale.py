@@ -1,7 +1,7 @@
 """How an admission's cost grows with the number of models: a curve, not a point.
 
     python -m bench.scale [--models 10 100 1000] [--lists 1 10 50] [--calls 300] [--plot]
-    python -m bench.scale --ab main [--models 10 1000] [--rounds 5]
+    python -m bench.scale --ab main [--models 10 1000] [--rounds 5] [--hedges]
 
 On a private ``redis-server`` (other users of a shared one would count), one sync caller,
 quotas far above what the run uses (every request is admitted, so the cost measured is the
@@ -21,6 +21,8 @@ REF's each on a private server of its own (Redis runs every script in one Lua VM
 garbage one side's scripts leave is collected while the other's run), in rounds that
 alternate between them (a loaded machine then slows both alike): the median Redis µs per
 admission of each, and its ratio to the fewest models (raw: ``bench/out/scale-ab.json``).
+``--hedges``: the requests say their caller hedges late calls (``hedges_late``, as the
+drain's solver does by default; raw: ``bench/out/scale-ab-hedges.json``).
 """
 
 from __future__ import annotations
@@ -68,13 +70,14 @@ def commandstats(r: redis.Redis) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _requests(allowed: Sequence[str] | None, n: int) -> list[AdmitRequest]:
+def _requests(allowed: Sequence[str] | None, n: int, hedges: bool) -> list[AdmitRequest]:
     models = tuple(allowed) if allowed else None
-    return [AdmitRequest(TOKENS, models=models, ordered=False) for _ in range(n)]
+    return [AdmitRequest(TOKENS, models=models, ordered=False, hedges_late=hedges)
+            for _ in range(n)]
 
 
 def measure(client: RouterClient, r: redis.Redis, models: int, allowed: int, batch: int,
-            calls: int) -> Point:
+            calls: int, hedges: bool = False) -> Point:
     names = [f"m{k}" for k in range(models)]
     chosen = names[:allowed] if allowed else None
     lat: list[float] = []
@@ -86,7 +89,7 @@ def measure(client: RouterClient, r: redis.Redis, models: int, allowed: int, bat
         a = commandstats(r)
         for _ in range(per_block):
             t0 = time.perf_counter()
-            got += client.admit_many(_requests(chosen, batch))
+            got += client.admit_many(_requests(chosen, batch, hedges))
             lat.append(time.perf_counter() - t0)
         b = commandstats(r)
         admissions += per_block * batch
@@ -178,8 +181,8 @@ def plot(points: Sequence[Point], path: Path) -> bool:
     return True
 
 
-def ab(urls: Sequence[str], model_counts: Sequence[int], ref: str, rounds: int, calls: int
-       ) -> list[dict[str, Any]]:
+def ab(urls: Sequence[str], model_counts: Sequence[int], ref: str, rounds: int, calls: int,
+       hedges: bool = False) -> list[dict[str, Any]]:
     """Interleaved rounds of any-model admissions, the working tree's Lua (on ``urls[0]``)
     against ``ref``'s (on ``urls[1]``)."""
     servers = {"tree": redis.Redis.from_url(urls[0]), ref: redis.Redis.from_url(urls[1])}
@@ -198,7 +201,7 @@ def ab(urls: Sequence[str], model_counts: Sequence[int], ref: str, rounds: int, 
             for _ in range(rounds):
                 for name, client in clients.items():
                     got[name].append(measure(client, servers[name], models, 0, batch,
-                                             n).redis_us)
+                                             n, hedges).redis_us)
             row = {"models": models, "batch": batch,
                    **{name: statistics.median(v) for name, v in got.items()}}
             rows.append(row)
@@ -228,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ab", metavar="REF", help="any-model only, the working tree's Lua and "
                    "REF's in alternating rounds")
     p.add_argument("--rounds", type=int, default=5, help="rounds of --ab")
+    p.add_argument("--hedges", action="store_true", help="--ab with requests whose caller "
+                   "hedges late calls (hedges_late)")
     args = p.parse_args(argv)
     server = PrivateRedis()
     server.start()
@@ -237,11 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             other.start()
             print(f"{'models':>6} {'batch':>5} Redis µs per any-model admission, median of "
                   f"{args.rounds} rounds (ratio to the fewest models)")
-            rows = ab([server.url, other.url], args.models, args.ab, args.rounds, args.calls)
+            rows = ab([server.url, other.url], args.models, args.ab, args.rounds, args.calls,
+                      args.hedges)
         finally:
             server.close()
             other.close()
-        write_raw(args.out.with_name("scale-ab.json"), {"ref": args.ab, "rows": rows})
+        name = "scale-ab-hedges.json" if args.hedges else "scale-ab.json"
+        write_raw(args.out.with_name(name), {"ref": args.ab, "hedges": args.hedges,
+                                             "rows": rows})
         return 0
     try:
         print(HEADER)

@@ -189,7 +189,7 @@ class RouterCore:
     def _admit_chunk(self, chunk: Sequence[AdmitRequest]) -> Step[Any]:
         """One admit call: it declares the models the requests name and, if any may go to
         any model, the head of the order such requests try (:attr:`head`), or every model
-        known where a request hedges or no head is known yet. Requests that answer stale
+        known while no head is known yet. Requests that answer stale
         (they would try a model not declared) are sent again declaring more: the head the
         reply names and the model they met, then every model, re-read."""
         items = [encode_request(r) for r in chunk]
@@ -197,7 +197,7 @@ class RouterCore:
             named = _unique(m for r in chunk for m in r.models or ())
             got = yield Script("admit", items=tuple(items), models=named)
             return self._take_head(got, len(items))  # merged with any-model callers
-        every = self.head is None or any(r.models is None and r.hedges_late for r in chunk)
+        every = self.head is None
         tries = ("all", "read", "read") if every else ("head", "head", "read", "read")
         reply: list[Any] = [None] * len(items)
         todo = list(range(len(items)))

@@ -68,6 +68,9 @@ ROUTER_KEYS: dict[str, str] = {
     #      the order an any-model request tries the models in, kept as the estimates change
     #      so a request reads its head, not every model (lib/speed.lua, lib/anyorder.lua)
     "K_SPEED": "speed",
+    # ZSET model -> its late point, ms (lib/finish.lua; 'inf': nothing known of it): with
+    #      K_SPEED, the hedged latencies a caller that hedges late calls is ordered by
+    "K_LATE": "late",
     # ZSET model -> its fair-share finish tag (K_FAIR's, or the virtual time it rejoins
     #      at): the fair-share order of an any-model request, read from its head
     "K_FAIRQ": "fairq",

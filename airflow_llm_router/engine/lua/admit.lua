@@ -16,21 +16,9 @@
 --                      this model's keys were not declared (retry it declaring them)
 -- then, when a request may go to any model: {'H', model, ...}: the head of the order such
 -- requests try the models in (lib/anyorder.lua), the models to declare for the next ones.
--- A request for any model that hedges (ordered over every model: lib/finish.lua) needs
--- every model declared; without one undeclared, every request answers 'S'. Any other
--- any-model request answers 'S' alone when it would try a model past the declared head.
+-- An any-model request answers 'S' alone when it would try a model past the declared
+-- head (a caller that hedges late calls reads the same index: lib/anyorder.lua).
 local reqs = cjson.decode(ARGV[2])
-for _, r in ipairs(reqs) do
-  if type(r[7]) ~= 'table' and r[11] == 1 then
-    local m = undeclared_model()
-    if m then
-      local stale = {}
-      for k = 1, #reqs do stale[k] = {'S', m} end
-      return stale
-    end
-    break
-  end
-end
 
 -- This call's new leases and request ids, written with one HSET each at the end.
 local NEW_LEASES, NEW_RIDS, ADMITTED = {}, {}, {}
@@ -111,16 +99,17 @@ local function decide(req)
   local again, away = reuse(req)
   if again then return again end
   -- an any-model request reads its candidates from the head of the index
-  -- (lib/anyorder.lua), unless its caller hedges
+  -- (lib/anyorder.lua), in the order for a caller that hedges late calls if it does
   local walk, count, names, lat, mean, group = nil, nil, req.ms, nil, nil, nil
   local function stale(m, k)
     ANYORDER.depth = math.max(ANYORDER.depth, k)
     return {'S', m}
   end
-  if not req.ms and not req.hedge then
+  if not req.ms then
     ANYORDER.n = ANYORDER.n + 1
+    ANYORDER.hedge = req.hedge  -- the head named is in the order the last one tried
     if away then return stale(away, 0) end
-    walk, lat, mean, group, count = ANYORDER.walk()
+    walk, lat, mean, group, count = ANYORDER.walk(req.hedge)
   else
     names = names or model_names()
     count = #names
@@ -255,7 +244,7 @@ if ANYORDER.n > 0 then
   -- the head for the next call: as deep as this call's requests went, and a margin for
   -- what other callers admit meanwhile (lib/anyorder.lua)
   local depth = math.min(256, 16 + 2 * ANYORDER.n + 2 * ANYORDER.depth)
-  out[#out + 1] = {'H', unpack(ANYORDER.head(depth))}
+  out[#out + 1] = {'H', unpack(ANYORDER.head(depth, ANYORDER.hedge))}
   ANYORDER.flush()
 end
 if RELEASED then notify('*') end

@@ -101,3 +101,28 @@ def test_the_index_follows_learned_latencies_quotas_and_rebuilds_when_dropped(
         assert raw.zrange(speed, 0, -1, withscores=True) == [("c", 1750.0), ("b", 7000.0)]
     finally:
         raw.close()
+
+
+def test_a_caller_that_hedges_is_ordered_by_hedged_latencies_from_the_index(
+        router: RouterClient, redis_url: str, namespace: str) -> None:
+    # quick: the fastest (a hedge is a call on it), but too small for the requests; wild:
+    # slow alone (16 s likely) but late early (4 s), so hedged it ends by 4 + 1.75 s;
+    # steady: 9.45 s likely, hedged 4.05 + 1.75 s. A caller that hedges takes wild first,
+    # one that does not steady, as lib/finish.lua orders a list of the same models.
+    keys = RouterKeys(namespace)
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        router.set_quota("quick", {**ROOMY, "tpm": 5, "expected_latency_s": 0.5})
+        router.set_quota("steady", {**ROOMY, "expected_latency_s": 2.7})
+        raw.hset(keys.router("K_EST"), mapping={"wild|lat": 1000, "wild|latd": 3000})
+        router.set_quota("wild", ROOMY)  # its place in the index, from those estimates
+        assert raw.zscore(keys.router("K_LATE"), "wild") == 4000
+        every = ("quick", "steady", "wild")
+        for hedges, first in ((True, "wild"), (False, "steady")):
+            got = router.admit_many([AdmitRequest(10, hedges_late=hedges)])[0]
+            listed = router.admit_many([AdmitRequest(10, models=every, ordered=False,
+                                                     hedges_late=hedges)])[0]
+            assert isinstance(got, Admission) and isinstance(listed, Admission)
+            assert (got.model, listed.model) == (first, first)
+    finally:
+        raw.close()

@@ -7,18 +7,23 @@
 -- A request reads as many candidates as it tries (usually one), so its cost does not grow
 -- with the number of models; the caller declares only the head of the order (the reply
 -- names it: admit.lua) and a request that would try a model past it answers 'stale'.
--- Callers that hedge late calls are still ordered by lib/finish.lua over every model: a
--- hedged latency depends on the fastest candidate's, and its groups are not ranges of
--- the index.
+-- A caller that hedges late calls is ordered by the same groups (ranges of the likely
+-- latencies, lib/finish.lua), each group placed by its lead's hedged latency: every
+-- group's lead is read (their number grows with the spread of the latencies, not with the
+-- number of models) and their late points (K_LATE), and a member's hedged latency is
+-- read with its likely latency.
 -- ANYORDER: this library's functions (walk, head, flush) and what admit.lua counts of a
 -- call's any-model requests (n: how many; depth: the deepest place in the order one of
 -- them reached, or went stale at: the head named in the reply reaches past it, so requests
 -- that pass full models find the head they need declared the next time).
-local ANYORDER = {n = 0, depth = 0}
+local ANYORDER = {n = 0, depth = 0, hedge = false}
 do
 local CHUNK = 32  -- names read from an order at once (a large group's scan: 4 first)
 local SMALL = 64  -- a group of equally fast models this size or less is read whole
 local N, ALONE, GROUPS = nil, nil, {}
+-- For a caller that hedges: every group, in the order of its lead's hedged latency (hl),
+-- and the fastest model's likely latency (a hedge is a call on it: lib/finish.lua).
+local HGROUPS, FAST = nil, nil
 -- With no more models than a small group holds, the whole order by speed, read at once
 -- ({names, speeds}): the groups are then cut from it, not read one by one.
 local ALL = nil
@@ -58,7 +63,8 @@ local function group_in_all(i)
   end
   local speeds = ALL.speeds
   if start > #speeds then return false end
-  local grp = {L = speeds[start], B = SPEED.tier * speeds[start], names = {}, lat = {}}
+  local grp = {L = speeds[start], B = SPEED.tier * speeds[start], names = {}, lat = {},
+               lead = ALL.names[start]}
   local last = start
   while last < #speeds and speeds[last + 1] <= grp.B do last = last + 1 end
   for k = start, last do
@@ -91,16 +97,46 @@ local function group_at(i)
   grp = false
   if #got > 0 then
     local L = tonumber(got[2])
-    grp = {L = L, B = SPEED.tier * L}
+    grp = {L = L, B = SPEED.tier * L, lead = got[1]}
     grp.g = redis.call('ZCOUNT', K_SPEED, num(L), num(grp.B))
   end
   GROUPS[i] = grp
   return grp
 end
 
+-- Every group for a caller that hedges, by its lead's hedged latency (hl: the sooner of
+-- its own likely end and its late point plus a call on the fastest model), then speed.
+local function hedged_groups()
+  if HGROUPS then return HGROUPS end
+  HGROUPS = {}
+  local leads, i = {}, 1
+  while group_at(i) do
+    HGROUPS[i], leads[i] = GROUPS[i], GROUPS[i].lead
+    i = i + 1
+  end
+  if i == 1 then return HGROUPS end
+  FAST = GROUPS[1].L
+  local late = redis.call('ZMSCORE', K_LATE, unpack(leads))
+  for k, grp in ipairs(HGROUPS) do
+    grp.hl = math.min(grp.L, (tonumber(late[k]) or math.huge) + FAST)
+  end
+  table.sort(HGROUPS, function(a, b)
+    if a.hl ~= b.hl then return a.hl < b.hl end
+    return a.L < b.L
+  end)
+  return HGROUPS
+end
+
+-- The latency a candidate is judged by: its likely latency `s`, or for a caller that
+-- hedges, its hedged latency from its late point (`late`, as ZMSCORE answers it).
+local function judged(s, late, hedge)
+  if not hedge then return s end
+  return math.min(s, (tonumber(late) or math.huge) + FAST)
+end
+
 -- A small group's members in fair order (their names read once per call), by start tag
 -- and name, as lib/finish.lua orders a list.
-local function small_order(grp, lat)
+local function small_order(grp, lat, hedge)
   if not grp.names then
     local raw = redis.call('ZRANGEBYSCORE', K_SPEED, num(grp.L), num(grp.B), 'WITHSCORES')
     grp.names, grp.lat = {}, {}
@@ -108,10 +144,12 @@ local function small_order(grp, lat)
       grp.names[#grp.names + 1], grp.lat[raw[k]] = raw[k], tonumber(raw[k + 1])
     end
   end
+  if hedge and not grp.late then grp.late = redis.call('ZMSCORE', K_LATE, unpack(grp.names)) end
   local f = fair_load(grp.names)
   local order, tag = {}, {}
   for k, m in ipairs(grp.names) do
-    order[k], tag[m], lat[m] = m, math.max(f.tags[m] or 0, f.v), grp.lat[m]
+    order[k], tag[m] = m, math.max(f.tags[m] or 0, f.v)
+    lat[m] = judged(grp.lat[m], hedge and grp.late[k], hedge)
   end
   table.sort(order, function(a, b)
     if tag[a] ~= tag[b] then return tag[a] < tag[b] end
@@ -126,7 +164,7 @@ end
 
 -- A large group's members in fair order, found by reading the fair order from its head
 -- and keeping the group's (a model's group: its likely latency within the group's range).
-local function big_order(grp, lat)
+local function big_order(grp, lat, hedge)
   local v = fair_load({}).v
   local pos, buf, k, found, step = 0, {}, 0, 0, 4
   return function()
@@ -139,16 +177,17 @@ local function big_order(grp, lat)
         local names = {}
         for j = 1, #raw, 2 do names[#names + 1] = string.sub(raw[j], 2) end
         local speeds = redis.call('ZMSCORE', K_SPEED, unpack(names))
+        local late = hedge and redis.call('ZMSCORE', K_LATE, unpack(names)) or {}
         buf, k, pos = {}, 1, pos + #names
         for j, m in ipairs(names) do
           buf[j] = {m = m, tag = tonumber(raw[2 * j]), s = tonumber(speeds[j]),
-                    aside = string.sub(raw[2 * j - 1], 1, 1) == '1'}
+                    late = late[j], aside = string.sub(raw[2 * j - 1], 1, 1) == '1'}
         end
       end
       local x = buf[k]
       if x.s and x.s >= grp.L and x.s <= grp.B then
         found = found + 1
-        lat[x.m] = x.s
+        lat[x.m] = judged(x.s, x.late, hedge)
         return x.m
       end
       if x.tag < v or (x.tag == v and not x.aside) then ASIDE[x.m] = true end
@@ -160,8 +199,9 @@ end
 -- The candidates of one any-model request: a function returning the next one (nil past
 -- the last); the likely latency, mean latency and group (its lead's likely latency) of
 -- each one returned, or nil for all three when the fair share decides alone; the number
--- of models. Each request asks anew: admissions move the fair order.
-function ANYORDER.walk()
+-- of models. `hedge`: the caller hedges late calls. Each request asks anew: admissions
+-- move the fair order.
+function ANYORDER.walk(hedge)
   setup()
   if ALONE then
     local pos, buf, k = 0, {}, 0
@@ -186,26 +226,28 @@ function ANYORDER.walk()
       if next_in then
         local m = next_in()
         if m then
-          group[m] = cur.L
+          group[m] = hedge and cur.hl or cur.L
           return m
         end
         next_in = nil
       end
       gi = gi + 1
-      cur = group_at(gi)
+      if hedge then cur = hedged_groups()[gi] else cur = group_at(gi) end
       if not cur then return nil end
-      if cur.g <= SMALL then next_in = small_order(cur, lat) else next_in = big_order(cur, lat) end
+      if cur.g <= SMALL then next_in = small_order(cur, lat, hedge)
+      else next_in = big_order(cur, lat, hedge) end
     end
   end, lat, mean, group, N
 end
 
 -- The first `depth` candidates an any-model request would try now: what the caller
--- declares for the next call (every model, when there are no more).
-function ANYORDER.head(depth)
+-- declares for the next call (every model, when there are no more), in the order of a
+-- caller that hedges late calls or (`hedge` false) of one that does not.
+function ANYORDER.head(depth, hedge)
   setup()
   if ALL and N <= depth then return ALL.names end
   if N <= depth then return redis.call('ZRANGE', K_SPEED, 0, -1) end
-  local walk = ANYORDER.walk()
+  local walk = ANYORDER.walk(hedge)
   local head = {}
   for k = 1, depth do
     head[k] = walk()

@@ -55,7 +55,7 @@ end
 -- work later into a backlog; measured on W4 without Airflow, 72.8, 76.1, 75.1 s against
 -- 76.7, 77.0, 76.9 s interleaved, W3 and W1 unchanged, at about twice the hedged calls
 -- (python -m bench.direct; docs/engine.md, "Finish-time choice").
-local HEDGE_SPREAD = 1
+local HEDGE_SPREAD = SPEED.late  -- 1 (lib/speed.lua keeps the models' late points)
 -- A model's late point (ms), or nil when nothing is known of its latency.
 local function late_point(m)
   return latency_at(m, HEDGE_SPREAD)
@@ -174,8 +174,10 @@ end
 -- 4.7 and 7.1 s hedged, 5.8 and 11.4 s alone). Counted equally fast, the slower one took
 -- the last prompts of a backlog while the faster freed within a second, and its calls,
 -- about twice as long, ended the run (measured on W4 without Airflow, python -m
--- bench.direct; docs/engine.md, "Finish-time choice"). The hedged latencies still order the
--- candidates and say when a group is passed.
+-- bench.direct; docs/engine.md, "Finish-time choice"). The groups are ranges of the own
+-- likely latencies, each led by its fastest (so a caller that hedges is ordered from the
+-- same index as one that does not: lib/anyorder.lua); the hedged latencies order the
+-- groups (by their lead's) and say when a group or a member is passed.
 local FINISH_TIER = SPEED.tier  -- 1.5
 
 -- A caller that hedges late calls (the request's `hedge`: solver/hedging.py) sends a
@@ -220,8 +222,11 @@ local function finish_tiers(names, hedge)
     local alone = lat  -- each model's own likely latency: what the groups are made of
     if order and hedge then lat = hedged_latency(lat, order) end
     if order then
+      -- groups are ranges of the models' own likely latencies (as lib/anyorder.lua cuts
+      -- them from K_SPEED), each led by its fastest; a group's place is its lead's
+      -- (hedged) latency
       table.sort(order, function(a, b)
-        if lat[a] ~= lat[b] then return lat[a] < lat[b] end
+        if alone[a] ~= alone[b] then return alone[a] < alone[b] end
         return a < b
       end)
       local group, lead = {}, nil

@@ -1,7 +1,8 @@
 -- The order an any-model request tries the models in, kept in Redis as it changes rather
 -- than rebuilt by every request: K_SPEED holds each model's likely latency (ms, 'inf' when
 -- nothing is known of it: no estimate, no prior), updated when its estimate or its quota
--- changes; K_FAIRQ its fair-share finish tag (lib/fair.lua), updated by the admission that
+-- changes, and K_LATE its late point (the mean plus `late` mean deviations: when a caller
+-- that hedges sends the call to a second model, lib/finish.lua); K_FAIRQ its fair-share finish tag (lib/fair.lua), updated by the admission that
 -- charges it (each model once, as '0<model>', or '1<model>' once set aside:
 -- lib/anyorder.lua). An any-model request then reads the head of these orders
 -- (lib/anyorder.lua), not every model's name, latency and tag: over 1,000 models that read
@@ -10,10 +11,11 @@
 -- mean deviations, the deviation never under `floor` of the mean; models within `tier`
 -- times of the fastest of their group count as equally fast; and this library's
 -- functions (one table: a script's main function has at most 200 locals).
-local SPEED = {spread = 5, floor = 0.5, tier = 1.5}
+local SPEED = {spread = 5, floor = 0.5, tier = 1.5, late = 1}
 do
--- Model m's likely latency as a ZADD score: from its learned mean and deviation (K_EST),
--- else its quota's prior (`q`: the decoded quota; nil: read it), else 'inf'.
+-- Model m's likely latency and late point as ZADD scores: from its learned mean and
+-- deviation (K_EST), else its quota's prior (`q`: the decoded quota; nil: read it), else
+-- 'inf'.
 local function score(m, q)
   local e = redis.call('HMGET', K_EST, m .. '|lat', m .. '|latd')
   local mean = tonumber(e[1])
@@ -24,23 +26,27 @@ local function score(m, q)
     end
     if q and q.lat then mean = q.lat * 1000 end
   end
-  if not mean then return 'inf' end
+  if not mean then return 'inf', 'inf' end
   local dev = math.max(tonumber(e[2]) or 0, SPEED.floor * mean)
-  return string.format('%.17g', mean + SPEED.spread * dev)
+  return string.format('%.17g', mean + SPEED.spread * dev),
+         string.format('%.17g', mean + SPEED.late * dev)
 end
 
 -- Model m's estimate or quota changed: its place by speed moves. `joined`: its quota was
 -- just set (it may be new: it also takes its place in the fair order, at its tag); else
 -- only a model already in the index moves (a call settling after its quota went adds none).
 function SPEED.note(m, q, joined)
+  local likely, late = score(m, q)
   if joined then
-    redis.call('ZADD', K_SPEED, score(m, q), m)
+    redis.call('ZADD', K_SPEED, likely, m)
+    redis.call('ZADD', K_LATE, late, m)
     local at = redis.call('ZMSCORE', K_FAIRQ, '0' .. m, '1' .. m)
     if not (at[1] or at[2]) then
       redis.call('ZADD', K_FAIRQ, redis.call('HGET', K_FAIR, m) or '0', '0' .. m)
     end
   else
-    redis.call('ZADD', K_SPEED, 'XX', score(m, q), m)
+    redis.call('ZADD', K_SPEED, 'XX', likely, m)
+    redis.call('ZADD', K_LATE, 'XX', late, m)
   end
 end
 
@@ -55,23 +61,27 @@ function SPEED.fairq(m, tag, aside)
   if redis.call('ZREM', K_FAIRQ, drop) == 1 then redis.call('ZADD', K_FAIRQ, tag, keep) end
 end
 
--- The number of models with a quota, once both orders hold each of them: an index that
+-- The number of models with a quota, once the orders hold each of them: an index that
 -- does not (written by an engine before it, or estimates set by hand and the index
 -- dropped) is rebuilt from the quotas, estimates and tags, once.
 function SPEED.check()
   local n = redis.call('HLEN', K_QUOTAS)
-  if redis.call('ZCARD', K_SPEED) == n and redis.call('ZCARD', K_FAIRQ) == n then return n end
-  redis.call('DEL', K_SPEED, K_FAIRQ)
+  if redis.call('ZCARD', K_SPEED) == n and redis.call('ZCARD', K_FAIRQ) == n
+     and redis.call('ZCARD', K_LATE) == n then return n end
+  redis.call('DEL', K_SPEED, K_FAIRQ, K_LATE)
   local names = redis.call('HKEYS', K_QUOTAS)
   for k = 1, #names, 500 do
-    local part, speeds, tags = {}, {}, {}
+    local part, speeds, lates, tags = {}, {}, {}, {}
     for j = k, math.min(#names, k + 499) do part[#part + 1] = names[j] end
     local got = redis.call('HMGET', K_FAIR, unpack(part))
     for j, m in ipairs(part) do
-      speeds[#speeds + 1], speeds[#speeds + 2] = score(m, nil), m
+      local likely, late = score(m, nil)
+      speeds[#speeds + 1], speeds[#speeds + 2] = likely, m
+      lates[#lates + 1], lates[#lates + 2] = late, m
       tags[#tags + 1], tags[#tags + 2] = got[j] or '0', '0' .. m
     end
     redis.call('ZADD', K_SPEED, unpack(speeds))
+    redis.call('ZADD', K_LATE, unpack(lates))
     redis.call('ZADD', K_FAIRQ, unpack(tags))
   end
   return n
