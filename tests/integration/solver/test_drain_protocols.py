@@ -102,7 +102,8 @@ async def test_each_protocols_headers_set_the_effective_limit(
     """The provider allows 3 calls a window and says so in its headers (x-ratelimit-* or
     anthropic-ratelimit-*); the quota says 40. The first burst is refused past the third
     call (sent before any answer); from the first answer on, admission keeps to the
-    stated limit: the effective rpm is the provider's and no 429 follows the first burst."""
+    stated limit: the effective rpm is the provider's and (but for 2) no 429 follows the
+    first burst."""
     model = ModelProfile(name="m", median_s=1.0, sigma=0.3, min_s=0.5, max_s=4.0,
                          output_tokens_mean=50, output_tokens_max=200, rpm=REAL_RPM)
     profile = SimulatorProfile(time_scale=120.0, seed=3, models=[model],
@@ -120,9 +121,10 @@ async def test_each_protocols_headers_set_the_effective_limit(
     assert store.counts()["solved"] == 40
     refused = timeline["rejected"]
     assert stats.effective is not None and stats.effective["rpm"] == REAL_RPM, stats
-    first = next(k for k, n in enumerate(refused) if n)
-    assert refused[first] <= QUOTA_RPM - REAL_RPM, refused
-    assert sum(refused[first + 1:]) <= 2, refused
+    # the first burst goes out before any answer (at most the quota's excess over the real
+    # limit refused; on a loaded machine the burst may straddle two 0.5 s windows), and
+    # after it at most 2 more: counted in all, not per window
+    assert sum(refused) <= QUOTA_RPM - REAL_RPM + 2, refused
 
 
 @pytest.mark.timeout(60)
