@@ -17,7 +17,8 @@ the server's background writers are not counted). Several ``--solvers`` counts a
 measured in turn within each run, all processes of a count starting at once on one
 backlog. Each run reports answers/s (tasks solved / wall time from the start signal to
 the last drain's end), each side's CPU ms per answer and share of a core, Redis commands
-and scripts per answer, and the hedges sent per answer.
+and scripts per answer, the hedges sent per answer, and the TCP connections the solvers
+opened to the simulator per call it served (counted on the simulator's side).
 """
 
 from __future__ import annotations
@@ -240,6 +241,7 @@ def run_once(opts: argparse.Namespace, solvers: int, profile: Path | None,
              hedging: bool = True) -> dict[str, Any]:
     """One drain of ``--tasks`` tasks by ``solvers`` processes at once, on a private Redis,
     schema and simulator; the CPU each answer cost each side."""
+    import httpx
     import redis
 
     run_id = uuid.uuid4().hex[:8]
@@ -259,6 +261,7 @@ def run_once(opts: argparse.Namespace, solvers: int, profile: Path | None,
         results, run = _drains(stack, solvers, schema, settings, profile)
         sides = ProcessCpu({"redis": redis_server.pid, "simulator": sim.pid})
         commands0 = _redis_commands(server)
+        httpx.post(sim.url + "/stats/reset", timeout=30).raise_for_status()
         with PgBackends(opts.postgres_dsn, app_name) as pg:
             sides.start()
             wall0 = time.monotonic()
@@ -266,6 +269,7 @@ def run_once(opts: argparse.Namespace, solvers: int, profile: Path | None,
             wall = time.monotonic() - wall0
             spent = sides.stop()
         spent["postgres"] = pg.spent()
+        connections = httpx.get(sim.url + "/stats", timeout=30).json()["connections"]
         commands = _redis_commands(server)
         commands.subtract(commands0)
         solved = store.counts().get("solved", 0)
@@ -279,6 +283,10 @@ def run_once(opts: argparse.Namespace, solvers: int, profile: Path | None,
     row["hedging"] = "on" if hedging else "off"
     row["hedged_per_answer"] = round(
         sum(r["event"]["summary"]["hedged"] for r in results) / solved, 3)
+    # from the simulator's side: the TCP connections the solvers opened, per call it served
+    row["backend_connections"] = connections["connections"]
+    row["new_connections_per_call"] = connections["connections_per_request"]
+    row["solved_by_process"] = [r["event"]["summary"]["solved"] for r in results]
     return row
 
 
@@ -330,7 +338,7 @@ def _summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"solvers": n, "hedging": hedging, "runs": len(mine), **{
             key: statistics.median(r[key] for r in mine)
             for key in mine[0] if key.endswith(("_ms", "_per_s", "_cores", "_core",
-                                                 "_per_answer"))}})
+                                                 "_per_answer", "_per_call"))}})
     return out
 
 
@@ -368,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if opts.http_only else {"by_solvers": _summary(rows)})
     print(json.dumps(summary))
     if opts.out:
+        opts.out.parent.mkdir(parents=True, exist_ok=True)
         opts.out.write_text(json.dumps({"runs": rows, **summary}, indent=2) + "\n")
     if opts.baseline:
         from bench.baselines import record

@@ -17,6 +17,7 @@ from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import JSONResponse, Response
 
 from llm_router_devkit.simulator import protocol as p
+from llm_router_devkit.simulator.connections import CountConnections
 from llm_router_devkit.simulator.faces import faces
 from llm_router_devkit.simulator.http_parts import Backend, cut_json
 from llm_router_devkit.simulator.limits import retry_after_header
@@ -216,4 +217,5 @@ def create_app(
     app.state.backend = SimulatedBackend(profile, clock=clock)
     for router in (calls, faces, measurement, limits):
         app.include_router(router)
+    app.add_middleware(CountConnections, counter=app.state.backend.connections)
     return app

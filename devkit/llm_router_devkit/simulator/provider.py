@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_router_devkit.simulator import protocol as p
+from llm_router_devkit.simulator.connections import ConnectionCounter
 from llm_router_devkit.simulator.counters import MAX_TIMELINE_BUCKETS, ModelCounters
 from llm_router_devkit.simulator.limits import ModelLimiter
 from llm_router_devkit.simulator.profile import ProviderLimits, SimulatorProfile
@@ -82,6 +83,8 @@ class SimulatedBackend:
         self.profile = profile
         self.clock = clock
         self.started_at = clock()
+        #: the TCP connections callers opened (counted by the app's middleware)
+        self.connections = ConnectionCounter()
         self.epoch = self.started_at
         self._models = {m.name: m for m in profile.models}
         window = profile.scaled_window_s
@@ -236,6 +239,7 @@ class SimulatedBackend:
             limiter.reset()
         self._attempts.clear()
         self.calls = dict.fromkeys(self.calls, 0)
+        self.connections.reset()
 
     def stats(self) -> dict[str, Any]:
         """Everything ``GET /stats`` reports."""
@@ -272,6 +276,7 @@ class SimulatedBackend:
             "scaled_window_s": self.profile.scaled_window_s,
             "seed": self.profile.seed,
             "calls": dict(self.calls),
+            "connections": self.connections.as_dict(),
             "totals": totals,
             "models": models,
         }
