@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from airflow_llm_router.engine import Admission, AsyncRouterClient, RouterSettings, Wait
 from airflow_llm_router.solver.outage import RedisOutage
@@ -110,4 +111,50 @@ async def test_no_window_over_target_across_a_failover(sentinel: LocalSentinel, 
         assert resumed[0] - ended < W + GUARD_MS / 1000 + 2.5
         assert len(resumed) >= N  # admission resumed
     finally:
+        await router.aclose()
+
+
+async def test_a_pools_connections_leave_the_master_it_has_left(sentinel: LocalSentinel,
+                                                               ) -> None:
+    """Once one connection of an asyncio pool reaches the new master, the connections that
+    were in use across the failover (redis-py drops only idle ones when it sees a new
+    master address) leave the old master at their next checkout: otherwise they go on
+    admitting there, while the new connections admit on the new master, until Sentinel
+    demotes it (both a whole window once the hold ends). Read from the connections."""
+    router = AsyncRouterClient.from_url(sentinel.url, RouterSettings(namespace="fo-pool"))
+    pool = router.redis.connection_pool
+    watch = pool.connection_kwargs["master_watch"]
+    old = sentinel.master_port()
+    busy = [await pool.get_connection() for _ in range(2)]
+    try:
+        assert {c.port for c in busy} == {old}
+        # SENTINEL FAILOVER, no further than the new master's being named: the old one
+        # still takes writes until its demotion (which closes its clients' connections)
+        assert sentinel.sentinel is not None
+        with redis.Redis(port=sentinel.sentinel.port) as s:
+            s.sentinel_failover(sentinel.master_name)
+        new = old
+        deadline = time.monotonic() + 30
+        while new == old:  # until a new connection reaches the new master (and holds)
+            assert time.monotonic() < deadline, "the sentinel never named the new master"
+            fresh = pool.make_connection()
+            await fresh.connect()
+            new = fresh.port
+            await fresh.disconnect()
+            if new == old:
+                await asyncio.sleep(0.05)
+        assert watch.moves == 1
+        with redis.Redis(port=old) as before:
+            if before.info("replication").get("role") != "master":
+                pytest.skip("the old master was demoted before the pool could be checked")
+    finally:
+        for c in busy:
+            await pool.release(c)
+    held = [await pool.get_connection() for _ in range(2)]
+    try:
+        assert [c.port for c in held] == [new, new]
+        assert watch.moves == 3  # each connection that moved over restarted the hold
+    finally:
+        for c in held:
+            await pool.release(c)
         await router.aclose()
