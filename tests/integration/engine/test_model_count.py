@@ -145,7 +145,10 @@ def test_an_any_model_admission_costs_about_the_same_over_1000_models(
         # read (HKEYS, HMGETs of 2,000 fields): 30-90 times the Redis time over 10 models
         assert scans == 0
         assert many_keys <= 4 * few_keys < 1000, (few_keys, many_keys)
-        assert many_cmds <= 1.5 * few_cmds, (few_cmds, many_cmds)
+        # the target is 4x (docs/scale.md); measured 1.0-1.4x plain, 1.4-1.6x hedged (a
+        # hedged request reads each latency group's fastest model, and under two CPU
+        # burners more calls run late: 49 commands against 32 over 10 models)
+        assert many_cmds <= 2 * few_cmds, (few_cmds, many_cmds)
         # batched: the head declared grows with the batch, not with the models
         _, batch_keys, scans = _any_cost_batched(r, many, hedges)
         assert scans == 0 and batch_keys < 1000, batch_keys
