@@ -77,6 +77,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: How long a new stack may take to come up (the API server answering with a token, the DAG
+#: processor's first parse): 10-20 s on an idle 2-core machine, past 60 s when the machine
+#: runs other work at once (seen with two CPU burners and virtualenvs being built beside it).
+STARTUP_TIMEOUT_S = 180.0
+
+
 def wait_for(what: str, check: Callable[[], T | None], timeout_s: float,
              interval_s: float = 0.25) -> T:
     """Poll ``check`` until it returns something other than None/False, or fail after

@@ -39,10 +39,10 @@ from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
-from llm_router_devkit.stack import AirflowStack, PgServer, wait_for
+from llm_router_devkit.stack import STARTUP_TIMEOUT_S, AirflowStack, PgServer, wait_for
 from tests.conftest import POSTGRES_DSN, REDIS_URL, delete_namespace
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]  # startup waits up to 2 x 180 s
 
 DAG_ID = "llm_router_smoke"
 DAGS_FOLDER = Path(__file__).parent / "dags"
@@ -58,7 +58,6 @@ BACKLOG = 600
 TIME_SCALE = 15.0
 UNLIMITED = 1_000_000  # a profile's null limit, as a router quota
 #: Bounded waits (seconds).
-STARTUP_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 90.0
 
 

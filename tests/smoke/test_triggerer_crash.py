@@ -56,11 +56,11 @@ from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit.simulator import SimulatorProfile, SimulatorServer
-from llm_router_devkit.stack import AirflowStack, PgServer, wait_for
+from llm_router_devkit.stack import STARTUP_TIMEOUT_S, AirflowStack, PgServer, wait_for
 from tests.conftest import POSTGRES_DSN, REDIS_URL, delete_namespace
 from tests.smoke.test_real_stack import Names, dag_parsed, new_stack, set_quotas, task_errors
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]  # startup waits up to 2 x 180 s
 
 DAG_ID = "llm_router_crash"
 DAGS_FOLDER = Path(__file__).parent / "crash_dags"
@@ -70,7 +70,6 @@ TIME_SCALE = 15.0
 #: Leases of the router namespace: a dead process's slots free this long after its last
 #: heartbeat at the latest.
 LEASE_TTL_S = 10.0
-STARTUP_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 150.0
 #: The crash DAG's claims last DrainSettings' default.
 CLAIM_TTL_S = 120.0
