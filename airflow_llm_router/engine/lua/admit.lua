@@ -111,7 +111,6 @@ local function decide(req)
     if away then return stale(away, 0) end
     walk, lat, mean, group, count = ANYORDER.walk(req.hedge)
   else
-    names = names or model_names()
     count = #names
   end
   if count == 0 then return {'E', 'no_models', ''} end
