@@ -10,8 +10,7 @@ local FAIR = nil
 -- otherwise every tag is read at once. A tag not read yet is read when first asked.
 local function fair_load(names)
   if FAIR then return FAIR end
-  -- n: admissions charged in this call (finish_order's sort holds until the next one)
-  FAIR = {tags = {}, changed = {}, n = 0}
+  FAIR = {tags = {}, changed = {}}
   local tags = FAIR.tags
   if names and #names <= 64 then
     local got = redis.call('HMGET', K_FAIR, '_V', unpack(names))
@@ -50,7 +49,6 @@ local function fair_charge(m, weight)
   f.v = start
   f.tags[m] = start + 1 / weight
   f.changed[m] = true
-  f.n = f.n + 1
   -- the fair order any-model requests read (lib/speed.lua), at once: a later request of
   -- this call reads it from Redis
   SPEED.fairq(m, f.tags[m])

@@ -202,15 +202,11 @@ end
 
 -- The likely and mean latencies of a list of candidates and each one's group (its fastest
 -- member's likely latency), or false when the fair share decides alone: fewer than two
--- candidates, or one without any latency estimate. They depend only on the list, whether
--- the caller hedges and the estimates (read once per script call), so every any-model
--- request of a batch shares one computation (cached by the list: model_names() returns
--- the same table each time).
-local TIERS = {[true] = {}, [false] = {}}
+-- candidates, or one without any latency estimate. Computed for each request: the lists
+-- come from the requests themselves (an any-model request is ordered from the index,
+-- lib/anyorder.lua), so no two requests share one.
 local function finish_tiers(names, hedge)
-  local t = TIERS[hedge][names]
-  if t ~= nil then return t end
-  t = false
+  local t = false
   if #names >= 2 then
     local lat, mean, order = {}, {}, {}
     for k, m in ipairs(names) do
@@ -237,15 +233,12 @@ local function finish_tiers(names, hedge)
       t = {lat = lat, mean = mean, group = group}
     end
   end
-  TIERS[hedge][names] = t
   return t
 end
 
 -- The candidates in the order to try them (likeliest to finish first, each group of
--- equally fast ones in fair share order, which moves with every admission), their likely
--- and mean latencies and their group's, or nil when the fair share decides alone. The
--- order is kept with the tiers until the next admission moves the fair share: the
--- requests that wait in a round (most of them, while every model is full) share it.
+-- equally fast ones in fair share order), their likely and mean latencies and their
+-- group's, or nil when the fair share decides alone.
 -- Each position is found when first asked: the first SCANNED by a scan of the candidates
 -- not yet placed, the rest by one sort. An admission usually takes one of the first
 -- candidates, and a sort of every model after each admission made a batch over 1,000
@@ -257,39 +250,36 @@ function finish_order(names, hedge)
   if not t then return nil end
   local lat, group = t.lat, t.group
   local f = fair_load(names)
-  if t.sorted_at ~= f.n then
-    local function tag(m) return math.max(f.tags[m] or 0, f.v) end
-    local function before(a, b)
-      local ga, gb = group[a], group[b]
-      if ga ~= gb then return ga < gb end
-      if tag(a) ~= tag(b) then return tag(a) < tag(b) end
-      return a < b
-    end
-    local left, n = {}, 0
-    for k, m in ipairs(names) do left[k] = m end
-    t.sorted = setmetatable({}, {__index = function(order, k)
-      if type(k) ~= 'number' or k > #names then return nil end
-      while n < k do
-        if n >= SCANNED then
-          table.sort(left, before)
-          for j, m in ipairs(left) do rawset(order, n + j, m) end
-          n, left = #names, {}
-        else
-          local bi = 1
-          for j = 2, #left do
-            if before(left[j], left[bi]) then bi = j end
-          end
-          n = n + 1
-          rawset(order, n, left[bi])
-          left[bi] = left[#left]
-          left[#left] = nil
-        end
-      end
-      return rawget(order, k)
-    end})
-    t.sorted_at = f.n
+  local function tag(m) return math.max(f.tags[m] or 0, f.v) end
+  local function before(a, b)
+    local ga, gb = group[a], group[b]
+    if ga ~= gb then return ga < gb end
+    if tag(a) ~= tag(b) then return tag(a) < tag(b) end
+    return a < b
   end
-  return t.sorted, lat, t.mean, group
+  local left, n = {}, 0
+  for k, m in ipairs(names) do left[k] = m end
+  local sorted = setmetatable({}, {__index = function(order, k)
+    if type(k) ~= 'number' or k > #names then return nil end
+    while n < k do
+      if n >= SCANNED then
+        table.sort(left, before)
+        for j, m in ipairs(left) do rawset(order, n + j, m) end
+        n, left = #names, {}
+      else
+        local bi = 1
+        for j = 2, #left do
+          if before(left[j], left[bi]) then bi = j end
+        end
+        n = n + 1
+        rawset(order, n, left[bi])
+        left[bi] = left[#left]
+        left[#left] = nil
+      end
+    end
+    return rawget(order, k)
+  end})
+  return sorted, lat, t.mean, group
 end
 
 -- The likely latency at or past which a candidate of group `g` is not worth trying: the
