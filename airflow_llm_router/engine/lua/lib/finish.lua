@@ -11,19 +11,18 @@ local late_after, likely_wait, backlog_horizon, finish_order, finish_bar, finish
 do
 -- Likely latency: the learned mean (K_EST '<model>|lat', weighted by recency, from the
 -- quota's prior 'lat' when it has one: lib/kinds.lua) plus FINISH_SPREAD mean deviations
--- (K_EST '<model>|latd', the mean |latency - mean|), never fewer than SPREAD_FLOOR of the
--- mean.
+-- (K_EST '<model>|latd', the mean |latency - mean|), never fewer than SPEED.floor of the
+-- mean (SPEED.at, lib/speed.lua: the any-model index is ordered by the same figure).
 -- Model latencies are heavy-tailed (a log-normal spread, and stragglers several times the
 -- median), and the call that ends a backlog is a slow model's call that ended late: one
 -- call more for a fast model costs a fraction of a second, one slow call that strays costs
 -- the whole backlog its excess. So a slow model is judged by about the 99th percentile of
 -- its latency (five mean deviations of a log-normal at the spreads seen), not its mean.
 local FINISH_SPREAD = SPEED.spread  -- 5 (lib/speed.lua keeps the models in this order)
--- The least mean deviation assumed, as a share of the mean: latencies spread in proportion
--- to the mean (about half of it at the spreads seen), and a deviation learned from a
--- model's first calls, the short ones that ended first, is too small: a likely latency is
--- never under 1 + 5/2 times the mean.
-local SPREAD_FLOOR = SPEED.floor  -- 0.5
+-- The least mean deviation assumed, SPEED.floor (0.5) of the mean: latencies spread in
+-- proportion to the mean (about half of it at the spreads seen), and a deviation learned
+-- from a model's first calls, the short ones that ended first, is too small: a likely
+-- latency is never under 1 + 5/2 times the mean.
 
 -- A model's mean latency plus `spread` mean deviations, and its mean (ms), or nil when
 -- nothing is known of it (m has a quota). The quota is decoded only for its prior, when
@@ -35,8 +34,7 @@ local function latency_at(m, spread)
     if q.lat then mean = q.lat * 1000 end
   end
   if not mean then return nil end
-  local dev = math.max(EST[m .. '|latd'] or 0, SPREAD_FLOOR * mean)
-  return mean + spread * dev, mean
+  return SPEED.at(mean, EST[m .. '|latd'], spread), mean
 end
 
 -- A model's likely and mean latency (ms), or nil when nothing is known of it.

@@ -13,6 +13,14 @@
 -- functions (one table: a script's main function has at most 200 locals).
 local SPEED = {spread = 5, floor = 0.5, tier = 1.5, late = 1}
 do
+-- The latency `spread` mean deviations past `mean` (ms), the deviation `dev` (nil: none
+-- learned) never under `floor` of the mean: lib/finish.lua's likely latency and late point
+-- and this index's scores, made one way so the index orders the models as admission
+-- judges them.
+function SPEED.at(mean, dev, spread)
+  return mean + spread * math.max(dev or 0, SPEED.floor * mean)
+end
+
 -- Model m's likely latency and late point as ZADD scores: from its learned mean and
 -- deviation (K_EST), else its quota's prior (`q`: the decoded quota; nil: read it), else
 -- 'inf'.
@@ -27,9 +35,9 @@ local function score(m, q)
     if q and q.lat then mean = q.lat * 1000 end
   end
   if not mean then return 'inf', 'inf' end
-  local dev = math.max(tonumber(e[2]) or 0, SPEED.floor * mean)
-  return string.format('%.17g', mean + SPEED.spread * dev),
-         string.format('%.17g', mean + SPEED.late * dev)
+  local dev = tonumber(e[2])
+  return string.format('%.17g', SPEED.at(mean, dev, SPEED.spread)),
+         string.format('%.17g', SPEED.at(mean, dev, SPEED.late))
 end
 
 -- Model m's estimate or quota changed: its place by speed moves. `joined`: its quota was
