@@ -68,8 +68,11 @@ def validate_task_id(field_name: str, task_id: object) -> int:
     return task_id
 
 
-def validate_cap(cap: object) -> int:
-    """How many pending tasks a count may read (``backlog_size(cap=...)``): 1 or more."""
+def validate_cap(cap: object) -> int | None:
+    """How many pending tasks a count may read (``backlog_size(cap=...)``): 1 or more, or
+    None (every one)."""
+    if cap is None:
+        return None
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise TaskValidationError(
             "cap", f"must be an integer >= 1 (or None to count every task), got {cap!r}")

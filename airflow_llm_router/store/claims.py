@@ -245,8 +245,7 @@ class ClaimCycle:
             A full count reads every pending entry of the claim index, so its cost grows
             with the backlog; a capped one reads at most ``cap``. None: count them all.
         """
-        if cap is not None:
-            checks.validate_cap(cap)
+        checks.validate_cap(cap)
         with self._db.transaction() as conn:
             self._reclaim_announced(conn)
             row = conn.execute(self._db.queries.backlog, {"cap": cap}).fetchone()

@@ -89,8 +89,7 @@ class BacklogWatch:
         :meth:`ClaimCycle.backlog_size`), after returning expired claims to pending (and
         announcing them); 0 while the store's table does not exist yet (a first
         deployment: the first enqueue creates it and notifies)."""
-        if cap is not None:
-            validate_cap(cap)
+        validate_cap(cap)
         conn = self._connection()
         try:
             async with conn.transaction():
