@@ -83,11 +83,6 @@ class _Draining:
     def __post_init__(self) -> None:
         self.io = StoreCalls(self.store, self.settings, self.deadline, self.state)
 
-    async def call(self, fn: Any, *args: Any, past_deadline: bool = False,
-                   **kwargs: Any) -> Any:
-        """A store call through the drain's :class:`StoreCalls`."""
-        return await self.io.call(fn, *args, past_deadline=past_deadline, **kwargs)
-
     async def adopt(self, solver: Solver) -> list[asyncio.Task[SolveResult]]:
         """Take back this worker's own live claims (left by an earlier run of the same
         trigger that a triggerer restarted), and those of ``earlier_workers`` (earlier tries
@@ -118,10 +113,10 @@ class _Draining:
         ``until_empty``, backlog empty)."""
         if time.time() >= self.deadline:
             return False
-        if await self.call(self.store.backlog_size, cap=1) == 0:
+        if await self.io.call(self.store.backlog_size, cap=1) == 0:
             if self.until_empty:
                 return False
-            others = await self.call(self.store.claims_in_progress)
+            others = await self.io.call(self.store.claims_in_progress)
             if others.count:
                 return await self.wait_for_others(others.count, others.next_expiry_s)
             return await self.linger()
@@ -164,7 +159,7 @@ class _Draining:
             with contextlib.suppress(*WATCH_LOST):
                 await self.close()
             self.watch = None
-            await self.call(self.store.backlog_size, cap=1)
+            await self.io.call(self.store.backlog_size, cap=1)
             return True
 
     async def open_watch(self) -> None:
@@ -254,7 +249,7 @@ async def drain_store(store: TaskStore, solver: Solver, settings: DrainSettings,
     stop_reporting, claimed = asyncio.Event(), asyncio.Event()
     reporter = asyncio.create_task(
         report_backlog(solver.router, f"{store.schema}.{store.table}",
-                       lambda: d.call(store.backlog_size, cap=BACKLOG_REPORT_CAP),
+                       lambda: d.io.call(store.backlog_size, cap=BACKLOG_REPORT_CAP),
                        stop_reporting, claimed),
         name="llm-router-backlog")
     solver.watch_helper(reporter)
