@@ -110,10 +110,14 @@ class RouterCore:
             known = yield from self.read_models()
         reply = yield from call(known)
         if stale(reply):
-            raise RouterError(
-                f"router namespace {self.settings.namespace!r}: models were added faster "
-                f"than this client could declare them ({STALE_RETRIES + 1} tries); retry")
+            raise self._outpaced(STALE_RETRIES + 1)
         return reply
+
+    def _outpaced(self, tries: int) -> RouterError:
+        """The error of a call still meeting undeclared models after ``tries`` tries."""
+        return RouterError(
+            f"router namespace {self.settings.namespace!r}: models were added faster "
+            f"than this client could declare them ({tries} tries); retry")
 
     def wait_args(self, op: str) -> tuple[Any, ...] | None:
         """The ``WAIT`` to send after ``op`` on the same connection, or None."""
@@ -198,7 +202,8 @@ class RouterCore:
             got = yield Script("admit", items=tuple(items), models=named)
             return self._take_head(got, len(items))  # merged with any-model callers
         every = self.head is None
-        tries = ("all", "read", "read") if every else ("head", "head", "read", "read")
+        rereads = ("read",) * STALE_RETRIES
+        tries = ("all", *rereads) if every else ("head", "head", *rereads)
         reply: list[Any] = [None] * len(items)
         todo = list(range(len(items)))
         met: tuple[str, ...] = ()  # models requests went stale on
@@ -219,9 +224,7 @@ class RouterCore:
             if not todo:
                 return reply
             met = _unique((*met, *(text(reply[k][1]) for k in todo)))
-        raise RouterError(
-            f"router namespace {self.settings.namespace!r}: models were added faster "
-            f"than this client could declare them ({len(tries)} tries); retry")
+        raise self._outpaced(len(tries))
 
     def _take_head(self, reply: Sequence[Any], n: int) -> list[Any]:
         """The decisions of an admit reply (its first ``n`` entries); the head it names
