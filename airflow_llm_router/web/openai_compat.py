@@ -7,35 +7,28 @@ model's quota by the same engine as the drains, waiting up to ``max_wait_s`` for
 before bulk, by the ``X-LLM-Router-Priority`` header), then sent to the backend connection
 and settled with its real usage (:mod:`~airflow_llm_router.web.governed`).
 
-Every refusal is OpenAI's error object (``{"error": {"message", "type", "param",
-"code"}}``) with the status an OpenAI client library expects, and is decided before
-anything is admitted: a missing or wrong key (401), a body over the limit (413), a bad
-body or header (400, ``param`` naming the field), an unknown model (404), ``max_tokens``
-that no window of the model can hold (400), no room within the wait (429 with
-``Retry-After``), the router's Redis unreachable (503). docs/openai_endpoint.md.
+This module holds the routes and the answers of an admitted call (as the backend sent them,
+or translated: :mod:`~airflow_llm_router.web.bridge`). What a request is, and every refusal
+decided before anything is admitted, as OpenAI's error object with the status an OpenAI
+client library expects, are in :mod:`~airflow_llm_router.web.openai_request`.
+docs/openai_endpoint.md.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.exceptions import RedisError
 
 from airflow_llm_router.backend.config import BackendConfig
 from airflow_llm_router.engine.async_client import AsyncRouterClient
-from airflow_llm_router.engine.types import Priority
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.hooks.models_backend import ModelsBackendHook
-from airflow_llm_router.tokens import count_input_tokens
-from airflow_llm_router.web.auth import _token_caller
 from airflow_llm_router.web.bridge import (
     Untranslatable,
     backend_body,
@@ -45,8 +38,19 @@ from airflow_llm_router.web.bridge import (
     passes_through,
     streams,
 )
-from airflow_llm_router.web.errors import first_line
 from airflow_llm_router.web.governed import Forwarded, Governor, relay_events
+from airflow_llm_router.web.openai_request import (
+    PRIORITY_HEADER,
+    ChatBody,
+    OpenAIError,
+    authorize,
+    impossible,
+    parse,
+    priority_of,
+    rate_limited,
+    read_body,
+    unavailable,
+)
 from airflow_llm_router.web.sources import Lazy, Unavailable
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "PRIORITY_HEADER", "OpenAIEndpoint", "backend_source",
@@ -54,12 +58,8 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "PRIORITY_HEADER", "OpenAIEndpoint", "backe
 
 router = APIRouter(tags=["openai"])
 
-#: The request header that sets a call's priority: ``hot`` or ``bulk`` (the default).
-PRIORITY_HEADER = "X-LLM-Router-Priority"
 #: Largest request body by default (a long conversation fits; a runaway one does not).
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-#: Retry-After of a 429 after the wait: the caller already waited the server's bound.
-RETRY_AFTER_S = 1
 _OWNER = "llm-router"
 
 
@@ -72,77 +72,7 @@ class OpenAIEndpoint:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
-class OpenAIError(Exception):
-    """A refusal, answered as OpenAI's error object."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.kind, self.param, self.code = status, kind, param, code
-        self.headers = headers
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({"error": {"message": str(self), "type": self.kind,
-                                       "param": self.param, "code": self.code}},
-                            status_code=self.status, headers=self.headers)
-
-
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: str = Field(min_length=1)
-    content: str | list[dict[str, Any]] | None = None
-
-
-class _StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    include_usage: bool = False
-
-
-class ChatBody(BaseModel):
-    """The fields the router reads; every other field goes to the backend as sent."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str = Field(min_length=1, max_length=128)
-    messages: list[_Message] = Field(min_length=1)
-    max_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
-    stream: Annotated[bool, Field(strict=True)] = False
-    stream_options: _StreamOptions | None = None
-    n: Annotated[int, Field(strict=True, ge=1, le=1)] | None = None
-
-    def output_cap(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
-
-    def input_tokens(self) -> int:
-        """The messages' tokens as the router estimates them (settled from the usage)."""
-        total = 0
-        for message in self.messages:
-            content = message.content
-            if isinstance(content, list):
-                content = "".join(str(part.get("text", "")) if part.get("type") == "text"
-                                  else json.dumps(part) for part in content)
-            total += count_input_tokens(content or "")
-        return total
-
-
 # --- the pieces each route needs ---------------------------------------------------------
-
-def _authorize(request: Request) -> None:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    credentials = (HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
-                   if scheme.lower() == "bearer" and token.strip() else None)
-    try:
-        _token_caller(request, credentials)
-    except HTTPException as err:
-        raise OpenAIError(401, "Incorrect or missing API key: send the router's API token "
-                          "as the API key (Authorization: Bearer <token>)",
-                          code="invalid_api_key") from err
-
 
 async def _router(request: Request) -> AsyncRouterClient:
     source: Lazy[AsyncRouterClient] = request.app.state.router
@@ -152,75 +82,6 @@ async def _router(request: Request) -> AsyncRouterClient:
 async def _governor(request: Request) -> Governor:
     source: Lazy[Governor] = request.app.state.openai_governor
     return await source.get()
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise _too_large(limit)
-    chunks, seen = [], 0
-    async for chunk in request.stream():
-        seen += len(chunk)
-        if seen > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(limit: int) -> OpenAIError:
-    return OpenAIError(413, f"The request body is over this server's {limit} bytes: send a "
-                       "shorter conversation", param="messages", code="request_too_large")
-
-
-def _parse(raw: bytes) -> tuple[ChatBody, dict[str, Any]]:
-    try:
-        doc = json.loads(raw)
-    except ValueError as err:
-        raise OpenAIError(400, f"The body is not JSON: {first_line(err)}",
-                          code="invalid_json") from err
-    if not isinstance(doc, dict):
-        raise OpenAIError(400, "The body must be a JSON object", code="invalid_json")
-    try:
-        return ChatBody.model_validate(doc), doc
-    except ValidationError as err:
-        first = err.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise OpenAIError(400, f"{param}: {first['msg']}", param=param,
-                          code="invalid_value") from err
-
-
-def _priority(request: Request) -> Priority:
-    value = request.headers.get(PRIORITY_HEADER, "bulk").strip().lower()
-    if value not in ("hot", "bulk"):
-        raise OpenAIError(400, f"{PRIORITY_HEADER}: give 'hot' or 'bulk'",
-                          param=PRIORITY_HEADER, code="invalid_value")
-    return "hot" if value == "hot" else "bulk"
-
-
-def _impossible(err: ImpossibleRequestError, chat: ChatBody) -> OpenAIError:
-    if err.reason == "unknown_model":
-        return OpenAIError(404, f"The model `{chat.model}` does not exist here: the router "
-                           "has no quota for it", param="model", code="model_not_found")
-    if err.reason == "too_large":
-        param = "max_tokens" if chat.output_cap() is not None else "messages"
-        return OpenAIError(400, f"{param}: the messages' tokens plus the output cap are more "
-                           f"than {chat.model}'s token limit per window (tpm): lower "
-                           "max_tokens or shorten the messages", param=param,
-                           code="tokens_over_quota")
-    return OpenAIError(400, f"model: {err}", param="model", code=err.reason)
-
-
-def _rate_limited(chat: ChatBody, wait_s: float) -> OpenAIError:
-    return OpenAIError(429, f"Rate limit reached for {chat.model}: no room in its quota "
-                       f"within {wait_s:g} s; retry after the Retry-After header",
-                       kind="rate_limit_error", code="rate_limit_exceeded",
-                       headers={"Retry-After": str(RETRY_AFTER_S)})
-
-
-def _unavailable(err: Exception) -> Response:
-    return OpenAIError(503, f"The router is unavailable: {first_line(err)}; retry",
-                       kind="api_error", code="router_unavailable",
-                       headers={"Retry-After": "1"}).response()
 
 
 def _backend_answer(status: int, body: bytes, retry_after_s: float | None) -> Response:
@@ -237,23 +98,23 @@ async def chat_completions(request: Request) -> Response:
     except OpenAIError as err:
         return err.response()
     except (Unavailable, RedisError) as err:
-        return _unavailable(err)
+        return unavailable(err)
 
 
 async def _chat(request: Request) -> Response:
-    _authorize(request)
+    authorize(request)
     endpoint: OpenAIEndpoint = request.app.state.openai
-    chat, doc = _parse(await _read_body(request, endpoint.max_body_bytes))
-    priority = _priority(request)
+    chat, doc = parse(await read_body(request, endpoint.max_body_bytes))
+    priority = priority_of(request)
     governor = await _governor(request)
     backend = governor.backend
     cap, body = _backend_request(chat, doc, backend)
     try:
         admission = await governor.admit(chat.model, chat.input_tokens(), cap, priority)
     except ImpossibleRequestError as err:
-        raise _impossible(err, chat) from err
+        raise impossible(err, chat) from err
     if admission is None:
-        raise _rate_limited(chat, endpoint.max_wait_s)
+        raise rate_limited(chat, endpoint.max_wait_s)
     wants_usage = chat.stream_options is not None and chat.stream_options.include_usage
     if not chat.stream or not streams(backend):
         done = await governor.forward(admission.lease_id, body)
@@ -323,12 +184,12 @@ def _backend_refusal(chat: ChatBody, status: int, body: bytes,
 async def models(request: Request) -> Response:
     """The models with a quota, as OpenAI lists models."""
     try:
-        _authorize(request)
+        authorize(request)
         quotas = await (await _router(request)).get_quotas()
     except OpenAIError as err:
         return err.response()
     except (Unavailable, RedisError) as err:
-        return _unavailable(err)
+        return unavailable(err)
     now = int(time.time())
     data: list[dict[str, Any]] = [{"id": name, "object": "model", "created": now,
                                    "owned_by": _OWNER} for name in sorted(quotas)]
