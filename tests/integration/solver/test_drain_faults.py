@@ -279,4 +279,7 @@ async def test_a_model_the_backend_does_not_know_is_taken_out_of_rotation(
     typo = router.stats().models["flash-mini-typo"]
     assert typo.counters["unknown_model"] >= 1 and typo.counters["breaker_opened"] >= 1
     assert typo.breaker != "closed" and typo.breaker_cause == "unknown_model", typo
-    assert stats["totals"]["completed"] == n
+    # one answered call per prompt, plus at most one for each prompt whose late call was
+    # hedged (the loser runs on to its end at the backend): a 404 is never an answer
+    assert n <= stats["totals"]["completed"] <= n + event["summary"]["hedged"], (
+        stats["totals"], event["summary"])
