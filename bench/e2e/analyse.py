@@ -219,7 +219,15 @@ def analyse_dir(out: Path, docs: bool = False) -> list[dict[str, Any]]:
         raws[(raw["workload"], raw["design"])] = raw
         results.append(metrics)
     (out / "metrics.json").write_text(json.dumps(results, indent=1, default=str))
-    images = plots.write_all(raws, results, out)
+    if plots.available():
+        images = plots.write_all(raws, results, out)
+    elif docs:
+        raise SystemExit("error: --docs draws plots: install matplotlib "
+                         "(pip install -e 'devkit[bench]'), then re-run with --analyse "
+                         f"{out}")
+    else:
+        images = {}
+        print("plots: skipped (matplotlib not installed: pip install -e 'devkit[bench]')")
     print(report.summary_table(results))
     if docs:
         report.write_docs(results, images, out)

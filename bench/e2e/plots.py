@@ -4,6 +4,7 @@ against the bound. The series are computed by pure functions (tested); matplotli
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,11 @@ def progress_series(rows: list[Mapping[str, Any]], origin: float) -> tuple[list[
     """Answers so far over time (seconds after ``origin``, an epoch)."""
     times = sorted(r["solved"] - origin for r in rows if r["solved"] is not None)
     return times, list(range(1, len(times) + 1))
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported (it is in the devkit's ``bench`` extra)."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _traffic_plot(raw: Mapping[str, Any], metrics: Mapping[str, Any], path: Path) -> None:
