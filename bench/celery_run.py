@@ -72,7 +72,6 @@ from psycopg import sql
 from airflow_llm_router.engine import AsyncRouterClient, RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
-from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
 from bench.triggerers import TriggerSpread, _store_times, _watch, cpu_snapshot, triggerer_jobs
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
@@ -80,6 +79,7 @@ from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.run import drop_namespace
 from llm_router_devkit.demo.seed import seed_store
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
+from llm_router_devkit.product_path import first_arrival_s
 from llm_router_devkit.redis_tools import LocalCluster
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.server import SimulatorProcess

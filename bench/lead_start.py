@@ -11,7 +11,8 @@ the supervisor's ``ti_run`` call to the API server) is ``bench.e2e``'s start pat
 
 Each run: a fresh router namespace (quotas synced as the quota store does, so its epoch
 marker is set as in a deployment), a fresh task-store schema seeded with W1's 2,000
-prompts and the claim log of :mod:`bench.e2e.start_path`, and one simulator for all runs.
+prompts and the claim log of :mod:`llm_router_devkit.claim_log`, and one simulator for all
+runs.
 A new interpreter imports the task runner, then (timed from there) the DAG file, renders
 the lead's templates with the DAG's defaults and calls ``execute``; it is stopped once
 the backend has its first call. Phases, each from the timed start: ``dag parsed``,
@@ -36,8 +37,8 @@ from pathlib import Path
 import httpx
 
 from bench.common import OUT_DIR
-from bench.e2e import start_path
 from bench.e2e.workloads import build
+from llm_router_devkit.claim_log import install_claim_log, read_claim_log
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.run import drop_namespace
@@ -118,7 +119,7 @@ def one_run(args: argparse.Namespace, src: Path, sim: SimulatorProcess,
         router.sync_quotas({m: ModelQuota.parse(q) for m, q in router_quotas(profile).items()})
         store.migrate()
         seed_store(store, build("W1", 1, [m.name for m in profile.models]).initial)
-        start_path.install_claim_log(args.postgres_dsn, schema)
+        install_claim_log(args.postgres_dsn, schema)
         http = httpx.Client(base_url=sim.url, timeout=10)
         reset = time.time()
         http.post("/stats/reset").raise_for_status()
@@ -151,7 +152,7 @@ def one_run(args: argparse.Namespace, src: Path, sim: SimulatorProcess,
             first_call = reset + float(arrival)
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-        claims = start_path.read_claim_log(args.postgres_dsn, schema)
+        claims = read_claim_log(args.postgres_dsn, schema)
         start = marks["start"]
         return {"dag parsed": marks["dag parsed"] - start, "execute": marks["execute"] - start,
                 "first claim": claims[0]["at"] - start if claims else None,

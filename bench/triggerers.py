@@ -61,7 +61,6 @@ import psycopg
 from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
-from bench.e2e.metrics import first_arrival_s
 from bench.e2e.workloads import build
 from bench.triggerer_kill import TriggererKill
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
@@ -69,6 +68,7 @@ from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.run import drop_namespace
 from llm_router_devkit.demo.seed import seed_store
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
+from llm_router_devkit.product_path import first_arrival_s
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.server import SimulatorProcess
 from llm_router_devkit.stack import AirflowStack, PgServer, wait_for

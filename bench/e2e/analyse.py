@@ -18,7 +18,6 @@ from typing import Any
 from bench.e2e import bottlenecks, start_path
 from bench.e2e.bound import PhasedBound, halved, phased_bound, release_bound
 from bench.e2e.metrics import (
-    first_arrival_s,
     follow_change,
     last_arrival_s,
     percentile,
@@ -26,7 +25,9 @@ from bench.e2e.metrics import (
     time_to_answer,
 )
 from bench.e2e.workloads import Workload, build
+from llm_router_devkit.claim_log import first_claim_epoch
 from llm_router_devkit.demo.fluid_bound import capacities
+from llm_router_devkit.product_path import first_arrival_s, timed
 from llm_router_devkit.simulator import SimulatorProfile
 
 __all__ = ["analyse", "analyse_dir"]
@@ -134,7 +135,12 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
     solved = [r["solved"] for r in rows if r["solved"] is not None]
     finished = len(solved) == raw["tasks"]
     last_answer = (max(solved) - reset) if solved else first_call
-    elapsed = (last_answer if finished else raw["ended_s"]) - first_call
+    end = last_answer if finished else raw["ended_s"]
+    first_claim = first_claim_epoch(raw.get("claims", []))
+    # the product path: from the DAG run's start, and from the first claim
+    times = timed(end, first_call=first_call, run_start=_run_start_s(raw),
+                  first_claim=None if first_claim is None else first_claim - reset)
+    elapsed = times.from_first_call_s
     bound = workload_bound(raw, workload, capacity, first_call)
     throughput = len(solved) / elapsed if elapsed > 0 else 0.0
     bound_throughput = raw["tasks"] / bound.makespan_s
@@ -143,19 +149,15 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
     runs = bottlenecks.restarts(raw["airflow"], timeline, reset, worker)
     exact_first = stats.get("first_arrival_s")
     path = start_path.steps(raw, first_call if exact_first is None else float(exact_first))
-    end = last_answer if finished else raw["ended_s"]
-    run_start = _run_start_s(raw)
-    claims = [c["at"] - reset for c in raw.get("claims", [])]
     out: dict[str, Any] = {
         "workload": raw["workload"], "design": raw["design"], "tasks": raw["tasks"],
         "solved": len(solved), "finished": finished, "outcome": raw["outcome"],
         "window_s": raw["window_s"], "time_scale": raw["time_scale"],
         "first_call_s": first_call, "trigger_s": trigger, "last_answer_s": last_answer,
         "makespan_s": elapsed, "end_to_end_s": end - trigger,
-        # the product path: from the DAG run's start, and from the first claim
         "start_path": path,
-        "from_run_start_s": None if run_start is None else end - run_start,
-        "from_first_claim_s": end - min(claims) if claims else None,
+        "from_run_start_s": times.from_run_start_s,
+        "from_first_claim_s": times.from_first_claim_s,
         "throughput_per_s": throughput,
         "of_bound": throughput / bound_throughput,
         "extrapolated_makespan_s": None if finished or not throughput

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from bench.e2e.metrics import first_arrival_s, tumbling
+from bench.e2e.metrics import tumbling
+from llm_router_devkit.product_path import first_arrival_s
 
 __all__ = ["batch_tails", "fan_out", "milestones", "restarts", "tail"]
 

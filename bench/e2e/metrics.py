@@ -1,4 +1,5 @@
-"""Pure arithmetic on a run's records: windows, percentiles, makespan, peaks against targets.
+"""Pure arithmetic on a run's records: windows, percentiles, peaks against targets (the
+first call and how a run is timed: :mod:`llm_router_devkit.product_path`).
 
 Traffic comes from the simulator's ``/timeline`` (arrivals per bucket, on the clock of its
 last stats reset) and ``/stats`` (exact sliding-window peaks); task times from the store
@@ -15,7 +16,6 @@ from typing import Any
 
 __all__ = [
     "ChangeFollow",
-    "first_arrival_s",
     "follow_change",
     "last_arrival_s",
     "percentile",
@@ -53,20 +53,6 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     pos = (len(data) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-def first_arrival_s(timeline: Mapping[str, Any], after_s: float = 0.0) -> float | None:
-    """Start of the first bucket at or after ``after_s`` in which any model saw an arrival
-    (accepted or refused); None if none did."""
-    bucket = float(timeline["bucket_s"])
-    start = int(after_s / bucket)
-    first: int | None = None
-    for series in timeline["models"].values():
-        arrivals = [a + r for a, r in zip(series["requests"], series["rejected"], strict=True)]
-        index = next((i for i in range(start, len(arrivals)) if arrivals[i]), None)
-        if index is not None and (first is None or index < first):
-            first = index
-    return None if first is None else first * bucket
 
 
 def last_arrival_s(timeline: Mapping[str, Any]) -> float | None:

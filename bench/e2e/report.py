@@ -18,6 +18,7 @@ from typing import Any
 
 from bench.common import BENCHMARKS_MD
 from bench.e2e import start_path
+from llm_router_devkit.product_path import FROM_FIRST_CALL, FROM_FIRST_CLAIM, FROM_RUN_START
 
 __all__ = ["replace_section", "summary_table", "write_docs"]
 
@@ -91,8 +92,9 @@ def summary_table(results: Sequence[Mapping[str, Any]]) -> str:
 
 
 #: The start path's steps as columns, each in seconds after the DAG run's start.
-PATH_HEADER = ["workload", "design", "from the DAG run's start s", "from the first claim s",
-               "from the first call s", *(f"{step} s" for step in start_path.STEPS),
+PATH_HEADER = ["workload", "design",
+               *(f"{start} s" for start in (FROM_RUN_START, FROM_FIRST_CLAIM, FROM_FIRST_CALL)),
+               *(f"{step} s" for step in start_path.STEPS),
                "load average (1 min)"]
 
 

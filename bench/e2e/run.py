@@ -22,9 +22,10 @@ from typing import Any
 import httpx
 
 from bench.common import warm_up as bench_warm_up
-from bench.e2e import collect, start_path
+from bench.e2e import collect
 from bench.e2e.services import Services, start_services
 from bench.e2e.workloads import Workload
+from llm_router_devkit.claim_log import install_claim_log, read_claim_log
 from llm_router_devkit.demo.fluid_bound import capacities
 from llm_router_devkit.demo.router_quotas import router_quotas
 from llm_router_devkit.demo.seed import seed_store
@@ -297,7 +298,7 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         if opts.warm_airflow and design == "router":
             warm_airflow(stack, svc, dag_id)
         seed_store(svc.store, workload.initial)
-        start_path.install_claim_log(opts.postgres_dsn, svc.schema)
+        install_claim_log(opts.postgres_dsn, svc.schema)
         svc.stack.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
         with httpx.Client(base_url=svc.sim.url, timeout=10) as http:
             http.post("/stats/reset").raise_for_status()
@@ -309,7 +310,7 @@ def run_one(workload: Workload, design: str, opts: RunOptions) -> dict[str, Any]
         ended = watch.now()
         backend = collect.backend_records(svc.sim.url, profile)
         rows = collect.store_rows(opts.postgres_dsn, svc.schema, profile)
-        claims = start_path.read_claim_log(opts.postgres_dsn, svc.schema)
+        claims = read_claim_log(opts.postgres_dsn, svc.schema)
         meta_dsn = PgServer.from_dsn(opts.postgres_dsn).dsn(f"llmr_bench_{svc.suffix}")
         airflow = _measured(collect.airflow_records(meta_dsn, dag_id))
         report = svc.stack.stop()

@@ -57,6 +57,7 @@ from bench.common import interruptible
 from bench.e2e.analyse import read_raw
 from bench.e2e.run import CUT_GRACE_S, busiest_model
 from bench.e2e.workloads import Workload, build
+from llm_router_devkit.product_path import speed_share
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.yardstick import (
     Instance,
@@ -215,7 +216,8 @@ def windows_table(run: Mapping[str, Sequence[int]], reference: Mapping[str, Sequ
 
 def _share(yardstick_s: float, made_s: float, finished: bool) -> str:
     """The run's speed as a share of a schedule taking ``yardstick_s`` (cut: unfinished)."""
-    return f"{yardstick_s / made_s:.0%}" if finished and made_s > 0 else "cut"
+    share = speed_share(yardstick_s, made_s, finished)
+    return "cut" if share is None else f"{share:.0%}"
 
 
 def _cell(yardstick_s: float | None, made_s: float, finished: bool) -> str:

@@ -20,7 +20,7 @@ import pluggy
 from psycopg.conninfo import conninfo_to_dict
 
 __all__ = ["configure", "connection_env", "load_dag", "migrate_metadata_db", "return_values",
-           "run_dag"]
+           "run_dag", "run_start_epoch"]
 
 ROUTER_CONN_ID = "llm_router_default"
 BACKEND_CONN_ID = "models_backend_default"
@@ -173,6 +173,24 @@ def run_dag(dag: Any, conf: Mapping[str, Any]) -> tuple[str, float, str | None]:
         signal.signal(signal.SIGTERM, handler)
     return (str(getattr(run, "state", "unknown")), time.monotonic() - start,
             getattr(run, "run_id", None))
+
+
+def run_start_epoch(dag_id: str, run_id: str) -> float | None:
+    """When the run started (epoch s): its ``queued_at``, when Airflow had the run, as the
+    benchmark times it. A run ``dag.test()`` makes running at once has none; its
+    ``created_at`` stands in: when Airflow had the run, after ``dag.test()`` parsed the
+    DAGs folder to sync its bundle (a deployment's DAG processor does that before any run),
+    not its ``start_date``, which ``dag.test()`` sets before that parse. None: no such
+    run."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.execute(select(DagRun.queued_at, DagRun.created_at).where(
+            DagRun.dag_id == dag_id, DagRun.run_id == run_id)).first()
+    stamp = None if row is None else (row.queued_at or row.created_at)
+    return None if stamp is None else float(stamp.timestamp())
 
 
 def return_values(dag_id: str, run_id: str, task_ids: Sequence[str]) -> list[Any]:

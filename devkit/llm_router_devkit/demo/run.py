@@ -25,6 +25,7 @@ from psycopg import sql
 from airflow_llm_router.engine import ModelQuota, RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from llm_router_devkit import redis_tools
+from llm_router_devkit.claim_log import first_claim_epoch, install_claim_log, read_claim_log
 from llm_router_devkit.demo import airflow_env
 from llm_router_devkit.demo.embedded import EmbeddedPostgres, EmbeddedRedis
 from llm_router_devkit.demo.fluid_bound import capacities, makespan_bound
@@ -40,6 +41,7 @@ from llm_router_devkit.demo.summary import (
     model_rows,
 )
 from llm_router_devkit.interrupt import interrupted, sigterm_as_interrupt
+from llm_router_devkit.product_path import Timed, first_arrival_s, timed
 from llm_router_devkit.simulator import SimulatorProcess, SimulatorProfile
 from llm_router_devkit.yardstick import (
     blind_reference_schedule,
@@ -143,14 +145,7 @@ def _first_call_offset(http: httpx.Client) -> float | None:
     """Seconds from the last stats reset to the first arrival at the backend (50 ms buckets)."""
     since = float(http.get("/stats").json()["since_reset_s"])
     bucket = max(0.05, since / 50_000)
-    doc = http.get("/timeline", params={"bucket_s": bucket}).json()
-    first = None
-    for series in doc["models"].values():
-        arrivals = [a + r for a, r in zip(series["requests"], series["rejected"], strict=True)]
-        index = next((i for i, n in enumerate(arrivals) if n), None)
-        if index is not None and (first is None or index < first):
-            first = index
-    return None if first is None else first * bucket
+    return first_arrival_s(http.get("/timeline", params={"bucket_s": bucket}).json())
 
 
 def _last_answer_epoch(dsn: str, schema: str) -> float | None:
@@ -159,6 +154,21 @@ def _last_answer_epoch(dsn: str, schema: str) -> float | None:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(query).fetchone()
     return float(row[0]) if row and row[0] is not None else None
+
+
+def _times(env: dict[str, Any], opts: DemoOptions, http: httpx.Client, reset_at: float,
+           run_id: str | None) -> Timed:
+    """The run from the DAG run's start, the first claim and the first call to the last
+    answer written, all on the epoch clock (0 s from the first call if no call was made or
+    no answer written)."""
+    first = _first_call_offset(http)
+    last = _last_answer_epoch(env["dsn"], opts.schema)
+    if first is None or last is None:
+        return Timed(from_run_start_s=None, from_first_claim_s=None, from_first_call_s=0.0)
+    run_start = None if run_id is None else airflow_env.run_start_epoch(opts.dag, run_id)
+    first_claim = first_claim_epoch(read_claim_log(env["dsn"], opts.schema))
+    return timed(last, first_call=reset_at + first, run_start=run_start,
+                 first_claim=first_claim)
 
 
 def _conf(opts: DemoOptions) -> dict[str, Any]:
@@ -193,6 +203,7 @@ def _prepare(stack: ExitStack, opts: DemoOptions) -> dict[str, Any]:
     store = _fresh_store(dsn, opts.schema)
     stack.callback(store.close)
     seed_store(store, backlog)
+    install_claim_log(dsn, opts.schema)  # to time the run from its first claim
     say(f"task store: {opts.prompts} tasks in {opts.schema}.tasks "
         f"({sum(t.allowed_models is None for t in backlog)} any-model, "
         f"{sum(t.priority == 'hot' for t in backlog)} hot)")
@@ -310,20 +321,17 @@ def run(opts: DemoOptions) -> int:
         http = stack.enter_context(httpx.Client(base_url=env["sim"].url, timeout=10))
         stats = http.get("/stats").json()
         counts = env["store"].counts()
-        first = _first_call_offset(http)
-        last = _last_answer_epoch(env["dsn"], opts.schema)
-        makespan = (last - (reset_at + first)) if first is not None and last else 0.0
+        times = _times(env, opts, http, reset_at, run_id)
         measure = None
         if opts.yardstick:
             say("computing the LP lower bound and the reference schedules (--no-yardstick "
                 "skips them) ...")
             measure = yardstick(env["profile"], env["backlog"])
-        totals = Totals(tasks=opts.prompts, counts=counts, makespan_s=makespan,
-                        dag_run_s=dag_seconds, bound=env["bound"],
+        totals = Totals(tasks=opts.prompts, counts=counts, times=times, bound=env["bound"],
                         time_scale=opts.time_scale,
                         window_s=env["profile"].scaled_window_s, yardstick=measure,
                         calls=_calls(env, stats, opts.dag, run_id))
-        rows = model_rows(stats, env["capacity"], makespan)
+        rows = model_rows(stats, env["capacity"], times.from_first_call_s)
         say(format_report(rows, totals, int(stats["totals"]["violations"])))
         if totals.left:
             say(f"\n{totals.left} task(s) were left neither solved nor dead-lettered")

@@ -1,4 +1,5 @@
-"""The demo's closing report: per-model traffic as the backend counted it, then totals.
+"""The demo's closing report: the run timed as the benchmarks' headline is, per-model
+traffic as the backend counted it, then totals.
 
 Everything about traffic comes from the simulator's ``/stats`` (the backend grades the
 router, never the router itself); task outcomes come from the task store. Pure functions of
@@ -13,6 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_router_devkit.demo.fluid_bound import Bound, ModelCapacity
+from llm_router_devkit.product_path import (
+    FROM_FIRST_CALL,
+    FROM_FIRST_CLAIM,
+    FROM_RUN_START,
+    Timed,
+    speed_share,
+)
 
 __all__ = ["Calls", "ModelRow", "Totals", "format_report", "model_rows"]
 
@@ -135,13 +143,19 @@ class Totals:
 
     tasks: int
     counts: Mapping[str, int]  # per store status
-    makespan_s: float  # first call at the backend -> last answer written
-    dag_run_s: float  # dag.test() start -> end, Airflow's own start-up included
+    #: from the DAG run's start, the first claim and the first call to the last answer
+    #: written (:mod:`llm_router_devkit.product_path`)
+    times: Timed
     bound: Bound  # the fluid approximation (mean costs): not a lower bound
     time_scale: float
     window_s: float
     yardstick: Yardstick | None = None
     calls: Calls | None = None
+
+    @property
+    def makespan_s(self) -> float:
+        """From the first call at the backend to the last answer written."""
+        return self.times.from_first_call_s
 
     @property
     def left(self) -> int:
@@ -154,17 +168,14 @@ class Totals:
 
     @property
     def of_bound(self) -> float:
-        """Fluid approximation over achieved makespan (not a bound: a run may exceed 1.0)."""
-        if self.makespan_s <= 0 or self.left:
-            return 0.0
-        return self.bound.makespan_s / self.makespan_s
+        """Fluid approximation over achieved makespan (not a bound: a run may exceed 1.0;
+        0 if the run did not finish)."""
+        return self.speed_of(self.bound.makespan_s, self.makespan_s) or 0.0
 
-    def speed_of(self, makespan_s: float) -> float:
-        """``makespan_s`` over this run's makespan: the run's speed as a share of a
-        schedule taking ``makespan_s`` (0 if the run did not finish)."""
-        if self.makespan_s <= 0 or self.left:
-            return 0.0
-        return makespan_s / self.makespan_s
+    def speed_of(self, yardstick_s: float, made_s: float | None) -> float | None:
+        """The run's speed, timed as ``made_s``, as a share of a schedule taking
+        ``yardstick_s``; None if the run did not finish or that time was not recorded."""
+        return None if made_s is None else speed_share(yardstick_s, made_s, not self.left)
 
 
 @dataclass(frozen=True)
@@ -249,6 +260,8 @@ def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
     window_provider_s = totals.window_s * totals.time_scale
     binding = ", ".join("any model" if g is None else "/".join(g) for g in b.binding)
     lines = [
+        *_timing_lines(totals),
+        "",
         f"Per model, as the backend counted it (window = {totals.window_s:g} s wall clock "
         f"= {window_provider_s:g} provider s; time scale {totals.time_scale:g}):",
         *_header(),
@@ -260,19 +273,54 @@ def format_report(rows: list[ModelRow], totals: Totals, violations: int) -> str:
         f"violations at the backend (429s): {violations}",
         *_why_refused(rows),
         *_calls_lines(totals),
-        f"makespan: {totals.makespan_s:.1f} s (first call at the backend -> last answer "
-        "written in the store)",
-        f"DAG run wall time: {totals.dag_run_s:.1f} s (includes Airflow's start-up)",
-        f"throughput: {totals.throughput:.1f} tasks/s",
+        f"throughput: {totals.throughput:.1f} tasks/s {FROM_FIRST_CALL}",
         *_yardstick_lines(totals),
         f"fluid approximation (mean costs; not a lower bound): {b.makespan_s:.1f} s = fluid "
         f"{b.fluid_s:.1f} s + one call {b.latency_s:.1f} s; set by the tasks allowing "
-        f"[{binding}]; this run at {totals.of_bound:.0%} of it",
+        f"[{binding}]; this run, {FROM_FIRST_CALL}, at {totals.of_bound:.0%} of it",
         "  R_m = min(rpm/W, tpm/(W*t), max_concurrency/L) per model (column R_m), W the",
         "  window, t and L the mean tokens and latency of these prompts on that model",
         "  (simulator draws); preference lists by Hall's condition (fluid max-flow).",
     ]
     return "\n".join(lines)
+
+
+def _shares(totals: Totals, made_s: float | None) -> str:
+    """`` = x% of the reference's speed, ...`` for a run timed as ``made_s``: against the
+    reference, the LP bound and the preference-keeping reference where there is one."""
+    y = totals.yardstick
+    if y is None or made_s is None:
+        return ""
+    if totals.left:
+        return " (the run did not finish: no share of a reference)"
+    yardsticks = [(y.reference_s, "of the reference's speed"), (y.lp_bound_s, "of the LP bound's")]
+    if y.kept_s is not None:
+        yardsticks.append((y.kept_s, "of the preference-keeping reference's"))
+    shares = [(totals.speed_of(s, made_s), words) for s, words in yardsticks]
+    parts = [f"{share:.0%} {words}" for share, words in shares if share is not None]
+    return " = " + ", ".join(parts) if parts else ""
+
+
+def _timing_lines(totals: Totals) -> list[str]:
+    """The headline: the run timed as the benchmarks time it, from the DAG run's start,
+    from the first claim and (what it leaves out said) from the first call."""
+    t = totals.times
+
+    def took(made_s: float | None) -> str:
+        return "not recorded" if made_s is None else f"{made_s:.1f} s{_shares(totals, made_s)}"
+
+    before = t.before_first_call_s
+    left_out = "" if before is None else f", {before:.1f} s here"
+    return [
+        "This run, timed as the benchmarks' headline is (docs/benchmarks.md, \"What is "
+        "timed, from when\"), to the last answer written in the store:",
+        f"  {FROM_RUN_START}: {took(t.from_run_start_s)}",
+        f"  {FROM_FIRST_CLAIM}: {took(t.from_first_claim_s)}",
+        f"  {FROM_FIRST_CALL} at the backend (the makespan): {took(t.from_first_call_s)}",
+        f"    it leaves out the DAG run's start to the first call{left_out} (Airflow starting "
+        "the run and its tasks, the first claim, the first admission), as the reference "
+        "schedules start at their first send",
+    ]
 
 
 def _calls_lines(totals: Totals) -> list[str]:
@@ -310,23 +358,23 @@ def _yardstick_lines(totals: Totals) -> list[str]:
         "sooner: each prompt's own cost, windows counted step by step)",
         f"reference schedule: {y.reference_s:.1f} s (clairvoyant and achievable: the best "
         "makespan lies between the two)",
-        f"  -> this run: {totals.speed_of(y.reference_s):.0%} of the reference's speed, "
-        f"{totals.speed_of(y.lp_bound_s):.0%} of the LP bound's (computed in "
-        f"{y.seconds:.1f} s)",
     ]
     if y.kept_s is not None:
         lines.append(
             f"reference with preferences kept: {y.kept_s:.1f} s (the same, but every send "
             "goes to the first model of the prompt's list with room; a prompt may wait for "
             "an earlier one)")
-        lines.append(f"  -> this run: {totals.speed_of(y.kept_s):.0%} of its speed")
     if y.blind_s is not None:
         lines.append(
             f"reference with costs unknown: {y.blind_s:.1f} s (the same choices made on "
             "expected latencies and reserved tokens, charged the real draws: reachable "
             "without knowing them)")
-        lines.append(f"  -> this run: {totals.speed_of(y.blind_s):.0%} of its speed")
+        share = totals.speed_of(y.blind_s, totals.times.from_run_start_s)
+        if share is not None:
+            lines.append(f"  -> this run, {FROM_RUN_START}: {share:.0%} of its speed")
+    lines.append(f"  (the bound and the references computed in {y.seconds:.1f} s; each starts "
+                 "at its first send)")
     if totals.makespan_s and not totals.left and totals.makespan_s < y.lp_bound_s:
-        lines.append("  BUG: this run beat the LP lower bound, so the bound is wrong; "
-                     "please report it")
+        lines.append(f"  BUG: this run, {FROM_FIRST_CALL}, beat the LP lower bound, so the "
+                     "bound is wrong; please report it")
     return lines

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from bench.e2e.metrics import (
-    first_arrival_s,
     follow_change,
     last_arrival_s,
     percentile,
@@ -26,15 +25,6 @@ def test_percentile_interpolates_between_ranks() -> None:
     assert percentile([], 50) is None
     assert percentile([3, 1, 2], 50) == 2
     assert percentile([0, 10], 95) == pytest.approx(9.5)
-
-
-def test_first_arrival_counts_refused_calls_too() -> None:
-    timeline = {"bucket_s": 0.5, "models": {
-        "a": {"requests": [0, 0, 0, 1], "rejected": [0, 0, 0, 0]},
-        "b": {"requests": [0, 0, 0, 0], "rejected": [0, 2, 0, 0]}}}
-    assert first_arrival_s(timeline) == 0.5
-    assert first_arrival_s(timeline, after_s=1.0) == 1.5
-    assert first_arrival_s({"bucket_s": 1, "models": {}}) is None
 
 
 def test_time_to_answer_skips_unsolved_and_filters_priority() -> None:

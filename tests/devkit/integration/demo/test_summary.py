@@ -8,6 +8,7 @@ import pytest
 
 from llm_router_devkit.demo.fluid_bound import Bound, ModelCapacity
 from llm_router_devkit.demo.summary import Totals, Yardstick, calls_from, format_report, model_rows
+from llm_router_devkit.product_path import Timed
 
 
 def _model_stats(**over):
@@ -53,15 +54,17 @@ def test_models_missing_from_stats_are_skipped_and_zero_makespan_is_safe() -> No
     assert row.avg_requests == 0.0
 
 
-def _totals(counts, makespan=50.0):
+def _totals(counts, makespan=50.0, run_start=None, first_claim=None):
     bound = Bound(fluid_s=9.5, latency_s=0.5, binding=(None, ("m",)))
-    return Totals(tasks=sum(counts.values()), counts=counts, makespan_s=makespan,
-                  dag_run_s=60.0, bound=bound, time_scale=10.0, window_s=6.0)
+    times = Timed(from_run_start_s=run_start, from_first_claim_s=first_claim,
+                  from_first_call_s=makespan)
+    return Totals(tasks=sum(counts.values()), counts=counts, times=times, bound=bound,
+                  time_scale=10.0, window_s=6.0)
 
 
 def test_totals() -> None:
     t = _totals({"pending": 0, "claimed": 0, "solved": 990, "dead": 10})
-    assert t.left == 0
+    assert t.left == 0 and t.makespan_s == 50.0
     assert t.throughput == pytest.approx(19.8)  # 990 / 50 s
     assert t.of_bound == pytest.approx(0.2)  # 10 s bound / 50 s
     unfinished = _totals({"pending": 3, "claimed": 2, "solved": 995, "dead": 0})
@@ -75,7 +78,8 @@ def test_report_states_the_figures_and_the_bound_inputs() -> None:
     assert "solved 1000  dead 0  left unsolved 0" in text
     assert "fluid approximation (mean costs; not a lower bound): 10.0 s = fluid 9.5 s + " \
         "one call 0.5 s" in text
-    assert "[any model, m]; this run at 20% of it" in text
+    assert "[any model, m]; this run, from the first call, at 20% of it" in text
+    assert "throughput: 20.0 tasks/s from the first call" in text  # 1000 / 50 s
     assert "LP lower bound:" not in text  # no yardstick computed
     assert "reference schedules: skipped (--no-yardstick)" in text
     assert "calls:" not in text  # no call counts given
@@ -85,27 +89,78 @@ def test_report_states_the_figures_and_the_bound_inputs() -> None:
     assert "75%" in line
 
 
+def test_report_leads_with_the_run_timed_as_the_benchmarks_headline() -> None:
+    """From the DAG run's start, from the first claim, then the makespan from the first
+    call with what it leaves out: the benchmarks' words, each against the yardstick."""
+    rows = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 20.0)
+    totals = replace(_totals({"solved": 1000, "dead": 0}, makespan=40.0, run_start=50.0,
+                             first_claim=44.0),
+                     yardstick=Yardstick(lp_bound_s=20.0, reference_s=30.0, seconds=1.5))
+    lines = format_report(rows, totals, violations=0).splitlines()
+    assert lines[0].startswith("This run, timed as the benchmarks' headline is")
+    # 30 / 50 = 60 %, 20 / 50 = 40 %; 30 / 44 = 68.2 %, 20 / 44 = 45.5 %
+    assert lines[1:5] == [
+        "  from the DAG run's start: 50.0 s = 60% of the reference's speed, 40% of the LP "
+        "bound's",
+        "  from the first claim: 44.0 s = 68% of the reference's speed, 45% of the LP bound's",
+        "  from the first call at the backend (the makespan): 40.0 s = 75% of the "
+        "reference's speed, 50% of the LP bound's",
+        "    it leaves out the DAG run's start to the first call, 10.0 s here (Airflow "
+        "starting the run and its tasks, the first claim, the first admission), as the "
+        "reference schedules start at their first send",
+    ]
+    assert totals.yardstick is not None
+    kept = replace(totals, yardstick=replace(totals.yardstick, kept_s=36.0))
+    text = format_report(rows, kept, violations=0)
+    # 36 / 50 = 72 %, 36 / 44 = 81.8 %, 36 / 40 = 90 %
+    assert "50.0 s = 60% of the reference's speed, 40% of the LP bound's, 72% of the " \
+        "preference-keeping reference's" in text
+    assert "44.0 s = 68% of the reference's speed, 45% of the LP bound's, 82% of the " \
+        "preference-keeping reference's" in text
+    assert "40.0 s = 75% of the reference's speed, 50% of the LP bound's, 90% of the " \
+        "preference-keeping reference's" in text
+
+
+def test_report_without_a_yardstick_a_start_or_a_finish() -> None:
+    rows = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 20.0)
+    text = format_report(rows, _totals({"solved": 1000, "dead": 0}, makespan=40.0), 0)
+    assert "  from the DAG run's start: not recorded" in text
+    assert "  from the first claim: not recorded" in text
+    assert "  from the first call at the backend (the makespan): 40.0 s\n" in text
+    assert "it leaves out the DAG run's start to the first call (Airflow" in text
+    cut = replace(_totals({"solved": 990, "pending": 10}, makespan=40.0, run_start=50.0),
+                  yardstick=Yardstick(lp_bound_s=20.0, reference_s=30.0, seconds=1.5))
+    text = format_report(rows, cut, 0)
+    assert "  from the DAG run's start: 50.0 s (the run did not finish: no share of a " \
+        "reference)" in text
+    assert "% of the reference's speed" not in text
+    no_call = replace(cut, counts={"solved": 1000}, times=Timed(None, None, 0.0))
+    text = format_report(rows, no_call, 0)  # no call reached the backend: no share of 0 s
+    assert "  from the first call at the backend (the makespan): 0.0 s\n" in text
+
+
 def test_report_judges_the_run_against_the_yardstick() -> None:
     rows = model_rows({"models": {"m": _model_stats()}}, CAPACITY, 20.0)
-    totals = replace(_totals({"solved": 1000, "dead": 0}, makespan=40.0),
+    totals = replace(_totals({"solved": 1000, "dead": 0}, makespan=40.0, run_start=50.0),
                      yardstick=Yardstick(lp_bound_s=20.0, reference_s=30.0, seconds=1.5))
     text = format_report(rows, totals, violations=0)
     assert "LP lower bound: 20.0 s" in text and "reference schedule: 30.0 s" in text
-    assert "this run: 75% of the reference's speed, 50% of the LP bound's" in text
+    assert "(the bound and the references computed in 1.5 s;" in text
     assert "BUG" not in text
-    too_fast = replace(totals, makespan_s=15.0)  # faster than a lower bound: a bug in it
-    assert "BUG: this run beat the LP lower bound" in format_report(rows, too_fast, 0)
-    assert "preferences kept" not in text  # a backlog without ordered lists
+    too_fast = replace(totals, times=replace(totals.times, from_first_call_s=15.0))
+    assert "BUG: this run, from the first call, beat the LP lower bound" in format_report(
+        rows, too_fast, 0)  # faster than a lower bound: a bug in it
+    assert "preferences kept" not in text and "preference-keeping" not in text  # no lists
     assert totals.yardstick is not None
     kept = replace(totals, yardstick=replace(totals.yardstick, kept_s=36.0))
     text = format_report(rows, kept, violations=0)
     assert "reference with preferences kept: 36.0 s" in text
-    assert "this run: 90% of its speed" in text
     assert "costs unknown" not in text
-    blind = replace(kept, yardstick=replace(kept.yardstick, blind_s=50.0))
+    blind = replace(kept, yardstick=replace(kept.yardstick, blind_s=60.0))
     text = format_report(rows, blind, violations=0)
-    assert "reference with costs unknown: 50.0 s" in text
-    assert "this run: 125% of its speed" in text  # a run can beat a non-clairvoyant policy
+    assert "reference with costs unknown: 60.0 s" in text
+    # 60 / 50: a run can beat a non-clairvoyant policy
+    assert "  -> this run, from the DAG run's start: 120% of its speed" in text
 
 
 def test_report_says_why_a_token_window_went_over() -> None:
