@@ -7,7 +7,8 @@ and the usage they report read for settling.
   ``text_delta`` a content chunk, ``message_delta`` (the stop reason, the output tokens)
   the finish chunk, ``message_stop`` the usage chunk if asked for and ``[DONE]``; an
   ``error`` event is passed on as OpenAI's error object. The usage is counted by the
-  protocol module, as for a whole answer (cache reads and writes are input too).
+  protocol module, as for a whole answer (cache reads and writes are input too), once
+  ``message_delta`` has given the final counts; a stream without one reports none.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": model}
     usage: dict[str, Any] = {}
+    final = False  # message_delta seen: message_start's output count is a placeholder
     wire = protocol_named(backend.protocol)
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -98,6 +100,7 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
                 events.put_nowait(chunk({"content": str(delta.get("text", ""))}))
         elif kind == "message_delta":
             usage.update(event.get("usage") or {})  # cumulative counts
+            final = True
             stop = (event.get("delta") or {}).get("stop_reason")
             events.put_nowait(chunk({}, FINISH_REASONS.get(str(stop), "stop")))
         elif kind == "error":
@@ -107,7 +110,9 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
                 "type": str(error.get("type", "api_error")), "param": None, "code": None}}))
         elif kind == "message_stop":
             break
-    answer = wire.answer({"content": [], "usage": usage or None}, backend)
+    # without message_delta (an error event, a stream cut short) the output is unknown:
+    # (None, None) keeps the reservation, never less than the call may have spent
+    answer = wire.answer({"content": [], "usage": usage}, backend) if final else None
     inp, out = (None, None) if answer is None else (answer.input_tokens, answer.output_tokens)
     if client_wants_usage and inp is not None and out is not None:
         events.put_nowait(_event({**head, "choices": [], "usage": {
