@@ -67,12 +67,14 @@ class Forwarded:
 @dataclass
 class StreamStart:
     """A stream's start: its status (200: ``events`` yields the server-sent events; else
-    ``body`` is the backend's error)."""
+    ``body`` is the error, and ``result`` the backend's refusal as its protocol reads it,
+    None when the backend did not answer and ``body`` is this endpoint's own error)."""
 
     status: int
     body: bytes = b""
     retry_after_s: float | None = None
     events: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    result: CallResult | None = None
 
 
 @dataclass
@@ -191,7 +193,7 @@ class Governor:
                     result = read_reply(self.backend, reply, since_sent(sent_at, begun),
                                         sent_at)
                     started.set_result(StreamStart(reply.status_code, reply.body,
-                                                   result.retry_after_s))
+                                                   result.retry_after_s, result=result))
                     return result
                 started.set_result(out)
                 inp, output = await relay(response.content, out.events, self.backend,

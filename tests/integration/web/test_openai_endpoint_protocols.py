@@ -14,6 +14,7 @@ import pytest
 
 from airflow_llm_router.engine import RouterClient
 from llm_router_devkit.simulator import SimulatorServer
+from llm_router_devkit.stack import free_port
 from tests.integration.web.test_openai_endpoint import (  # noqa: F401 (fixtures)
     MESSAGES,
     Serve,
@@ -156,3 +157,21 @@ def test_an_anthropic_stream_that_fails_keeps_its_reservation(
     stats = _settled(engine)
     assert stats.requests == 1 and stats.in_flight == 0
     assert stats.output_tokens == 64
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_backend_that_does_not_answer_is_a_502_streamed_or_not(
+        serve: Serve, engine: RouterClient, stream: bool) -> None:  # noqa: F811
+    """Nothing listens at the backend's address: the client gets the endpoint's own 502
+    (``backend_unavailable``, what failed), not a backend answer it never sent."""
+    engine.set_quota("m", QUOTA)
+    with serve(f"http://127.0.0.1:{free_port()}", protocol="anthropic") as url, \
+            pytest.raises(openai.InternalServerError) as failed:
+        _client(url).chat.completions.create(model="m", messages=MESSAGES, max_tokens=16,
+                                             stream=stream)
+    assert failed.value.status_code == 502
+    error = failed.value.body
+    assert isinstance(error, dict) and error["code"] == "backend_unavailable"
+    assert error["message"].startswith("the backend did not answer: ")
+    stats = _settled(engine)
+    assert stats.requests == 1 and stats.in_flight == 0
