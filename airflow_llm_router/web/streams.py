@@ -26,12 +26,33 @@ from airflow_llm_router.backend.protocols import protocol_named
 from airflow_llm_router.backend.protocols.anthropic import FINISH_REASONS
 from airflow_llm_router.backend.protocols.base import usage_counts
 
-__all__ = ["DONE", "Usage", "relay"]
+__all__ = ["DONE", "Usage", "completion_fields", "relay", "sse", "usage_object"]
 
 DONE = b"data: [DONE]\n\n"
 #: input and output tokens a stream reported (None, None: it reported none)
 Usage = tuple[int | None, int | None]
 Events = asyncio.Queue[bytes | None]
+
+
+def completion_fields(model: str, kind: str = "chat.completion.chunk") -> dict[str, Any]:
+    """The fields a completion made here starts with (each chunk of one stream shares
+    them): a new id, the time, ``kind`` as its ``object``, and ``model``."""
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": kind,
+            "created": int(time.time()), "model": model}
+
+
+def usage_object(input_tokens: int | None, output_tokens: int | None,
+                 ) -> dict[str, int] | None:
+    """OpenAI's ``usage`` of these counts (None: either is unknown)."""
+    if input_tokens is None or output_tokens is None:
+        return None
+    return {"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens}
+
+
+def sse(chunk: Mapping[str, Any]) -> bytes:
+    """``chunk`` as one server-sent event."""
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 async def _data(lines: AsyncIterable[bytes]) -> Any:
@@ -40,10 +61,6 @@ async def _data(lines: AsyncIterable[bytes]) -> Any:
         line = raw.strip()
         if line.startswith(b"data:"):  # blank lines end events, ':' lines are comments
             yield line[5:].strip()
-
-
-def _event(chunk: Mapping[str, Any]) -> bytes:
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 async def relay(lines: AsyncIterable[bytes], events: Events, backend: BackendConfig,
@@ -75,15 +92,14 @@ async def _from_openai(lines: AsyncIterable[bytes], events: Events,
 async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
                           backend: BackendConfig, model: str,
                           client_wants_usage: bool) -> Usage:
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model}
+    head = completion_fields(model)
     usage: dict[str, Any] = {}
     final = False  # message_delta seen: message_start's output count is a placeholder
     wire = protocol_named(backend.protocol)
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return _event({**head, "choices": [{"index": 0, "delta": delta,
-                                            "finish_reason": finish}]})
+        return sse({**head, "choices": [{"index": 0, "delta": delta,
+                                        "finish_reason": finish}]})
 
     async for data in _data(lines):
         try:
@@ -105,7 +121,7 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
             events.put_nowait(chunk({}, FINISH_REASONS.get(str(stop), "stop")))
         elif kind == "error":
             error = event.get("error") or {}
-            events.put_nowait(_event({"error": {
+            events.put_nowait(sse({"error": {
                 "message": str(error.get("message", "the backend's stream failed")),
                 "type": str(error.get("type", "api_error")), "param": None, "code": None}}))
         elif kind == "message_stop":
@@ -114,8 +130,8 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
     # (None, None) keeps the reservation, never less than the call may have spent
     answer = wire.answer({"content": [], "usage": usage}, backend) if final else None
     inp, out = (None, None) if answer is None else (answer.input_tokens, answer.output_tokens)
-    if client_wants_usage and inp is not None and out is not None:
-        events.put_nowait(_event({**head, "choices": [], "usage": {
-            "prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}}))
+    usage_chunk = usage_object(inp, out)
+    if client_wants_usage and usage_chunk is not None:
+        events.put_nowait(sse({**head, "choices": [], "usage": usage_chunk}))
     events.put_nowait(DONE)
     return inp, out
