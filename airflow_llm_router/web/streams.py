@@ -18,7 +18,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Any
 
 from airflow_llm_router.backend.config import BackendConfig
@@ -55,7 +55,7 @@ def sse(chunk: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
-async def _data(lines: AsyncIterable[bytes]) -> Any:
+async def _data(lines: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     """The ``data:`` payloads of a stream of SSE lines (``b"[DONE]"`` or JSON bytes)."""
     async for raw in lines:
         line = raw.strip()
