@@ -196,9 +196,12 @@ class Governor:
                                                    result.retry_after_s, result=result))
                     return result
                 started.set_result(out)
-                inp, output = await relay(response.content, out.events, self.backend,
-                                          str(body.get("model", "")), client_wants_usage)
-                return CallResult("ok", input_tokens=inp, output_tokens=output,
+                relayed = await relay(response.content, out.events, self.backend,
+                                      str(body.get("model", "")), client_wants_usage)
+                # an error event: the call failed mid-stream, as a 5xx would have
+                return CallResult("ok" if relayed.error is None else "error",
+                                  error=relayed.error, input_tokens=relayed.input_tokens,
+                                  output_tokens=relayed.output_tokens,
                                   latency_s=since_sent(sent_at, begun),
                                   signals=stated(self.backend, response.headers),
                                   sent_at_s=sent_at)

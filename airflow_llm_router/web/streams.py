@@ -1,5 +1,6 @@
 """A backend's server-sent events relayed to an OpenAI client as chat completion chunks,
-and the usage they report read for settling.
+and what settling needs of them: the usage they report, and whether they ended with an
+``error`` event (the call failed mid-stream, as with a 5xx).
 
 - ``openai``: the chunks go as sent; the usage chunk (always asked of the backend) only to
   a client that asked for it (``stream_options.include_usage``).
@@ -19,19 +20,27 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_llm_router.backend.config import BackendConfig
 from airflow_llm_router.backend.protocols import protocol_named
 from airflow_llm_router.backend.protocols.anthropic import FINISH_REASONS
 from airflow_llm_router.backend.protocols.base import usage_counts
 
-__all__ = ["DONE", "Usage", "completion_fields", "relay", "sse", "usage_object"]
+__all__ = ["DONE", "Relayed", "completion_fields", "relay", "sse", "usage_object"]
 
 DONE = b"data: [DONE]\n\n"
-#: input and output tokens a stream reported (None, None: it reported none)
-Usage = tuple[int | None, int | None]
 Events = asyncio.Queue[bytes | None]
+
+
+class Relayed(NamedTuple):
+    """What a relayed stream reported: the input and output tokens (None, None: it
+    reported none) and, if it ended with an ``error`` event, that error's type (the call
+    failed, as with a 5xx; None: it did not)."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    error: str | None = None
 
 
 def completion_fields(model: str, kind: str = "chat.completion.chunk") -> dict[str, Any]:
@@ -64,16 +73,18 @@ async def _data(lines: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
 
 
 async def relay(lines: AsyncIterable[bytes], events: Events, backend: BackendConfig,
-                model: str, client_wants_usage: bool) -> Usage:
-    """Pass a stream on to ``events`` as OpenAI chunks; the usage it reported."""
+                model: str, client_wants_usage: bool) -> Relayed:
+    """Pass a stream on to ``events`` as OpenAI chunks; its usage, and its error if it
+    ended with one."""
     if backend.protocol == "anthropic":
         return await _from_anthropic(lines, events, backend, model, client_wants_usage)
     return await _from_openai(lines, events, client_wants_usage)
 
 
 async def _from_openai(lines: AsyncIterable[bytes], events: Events,
-                       client_wants_usage: bool) -> Usage:
+                       client_wants_usage: bool) -> Relayed:
     usage: Any = None
+    failed: str | None = None
     async for data in _data(lines):
         if data == b"[DONE]":
             events.put_nowait(DONE)
@@ -84,16 +95,20 @@ async def _from_openai(lines: AsyncIterable[bytes], events: Events,
             if isinstance(chunk, dict) and chunk.get("usage") is not None:
                 usage = chunk["usage"]
                 forward = client_wants_usage or bool(chunk.get("choices"))
+            if isinstance(chunk, dict) and chunk.get("error") is not None:
+                failed = _error_type(chunk["error"])
         if forward:
             events.put_nowait(b"data: " + data + b"\n\n")
-    return usage_counts(usage, "usage.prompt_tokens", "usage.completion_tokens")
+    return Relayed(*usage_counts(usage, "usage.prompt_tokens", "usage.completion_tokens"),
+                   failed)
 
 
 async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
                           backend: BackendConfig, model: str,
-                          client_wants_usage: bool) -> Usage:
+                          client_wants_usage: bool) -> Relayed:
     head = completion_fields(model)
     usage: dict[str, Any] = {}
+    failed: str | None = None
     final = False  # message_delta seen: message_start's output count is a placeholder
     wire = protocol_named(backend.protocol)
 
@@ -121,6 +136,7 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
             events.put_nowait(chunk({}, FINISH_REASONS.get(str(stop), "stop")))
         elif kind == "error":
             error = event.get("error") or {}
+            failed = _error_type(error)
             events.put_nowait(sse({"error": {
                 "message": str(error.get("message", "the backend's stream failed")),
                 "type": str(error.get("type", "api_error")), "param": None, "code": None}}))
@@ -134,4 +150,10 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
     if client_wants_usage and usage_chunk is not None:
         events.put_nowait(sse({**head, "choices": [], "usage": usage_chunk}))
     events.put_nowait(DONE)
-    return inp, out
+    return Relayed(inp, out, failed)
+
+
+def _error_type(error: Any) -> str:
+    """An error event's type, for the call's result (its message may quote the prompt)."""
+    kind = error.get("type") if isinstance(error, dict) else None
+    return f"stream ended with {kind if isinstance(kind, str) else 'an error'}"

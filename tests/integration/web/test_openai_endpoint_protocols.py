@@ -143,20 +143,24 @@ def test_without_max_tokens_the_anthropic_connection_cap_is_sent_and_reserved(
     assert sim.backend.stats()["calls"]["messages"] == 0
 
 
-def test_an_anthropic_stream_that_fails_keeps_its_reservation(
-        serve: Serve, engine: RouterClient) -> None:  # noqa: F811
-    """A stream that ends in an ``error`` event never reaches ``message_delta``: all it
-    counted is ``message_start``'s, whose output tokens are a placeholder (1), not what
-    the model spent. The lease keeps its reservation (the output cap), never less."""
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_a_stream_that_fails_is_an_error_and_keeps_its_reservation(
+        serve: Serve, engine: RouterClient, protocol: str) -> None:  # noqa: F811
+    """A stream that ends in an ``error`` event failed, as a 5xx would have: it counts
+    towards the breaker, and its usage is unknown. Anthropic's never reaches
+    ``message_delta``: all it counted is ``message_start``'s, whose output tokens are a
+    placeholder (1), not what the model spent. The lease keeps its reservation (the
+    output cap), never less."""
     engine.set_quota("m", QUOTA)
     failing = _profile().model_copy(update={"error_rate": 1.0, "error_delay_s": 0.0})
-    with SimulatorServer(failing) as failing_sim, serve(failing_sim, protocol="anthropic") \
+    with SimulatorServer(failing) as failing_sim, serve(failing_sim, protocol=protocol) \
             as url, pytest.raises(openai.APIError, match="simulated provider error"):
         list(_client(url).chat.completions.create(model="m", messages=MESSAGES,
                                                   max_tokens=64, stream=True))
     stats = _settled(engine)
     assert stats.requests == 1 and stats.in_flight == 0
     assert stats.output_tokens == 64
+    assert stats.counters.get("errors") == 1
 
 
 @pytest.mark.parametrize("stream", [False, True])
