@@ -73,9 +73,12 @@ def test_a_models_backend_stream_is_its_answer_in_one_chunk(
 def test_a_backend_429_is_openais_rate_limit_error(
         serve: Serve, engine: RouterClient, protocol: str) -> None:  # noqa: F811
     """The backend allows one call a window, the quota more: its 429 reaches the client
-    as OpenAI's, with its Retry-After."""
+    as OpenAI's, with its Retry-After. The backend's window is 10 s, so the second call
+    meets the first's window however slowly a loaded machine sends it."""
     engine.set_quota("m", {**QUOTA, "window_s": 60})
-    with SimulatorServer(_profile(rpm=1)) as backend_sim, \
+    one_a_window = _profile(rpm=1).model_copy(update={"time_scale": 6})
+    assert one_a_window.scaled_window_s == 10
+    with SimulatorServer(one_a_window) as backend_sim, \
             serve(backend_sim, protocol=protocol) as url:
         client = _client(url)
         client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=16)
