@@ -14,15 +14,13 @@ dropped: :class:`Untranslatable` names the field.
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_llm_router.backend.calls import CallResult
 from airflow_llm_router.backend.config import BackendConfig
 from airflow_llm_router.backend.protocols import Call, protocol_named
+from airflow_llm_router.web.streams import DONE, completion_fields, sse, usage_object
 
 __all__ = ["CHAT_FIELDS", "OPTION_FIELDS", "Untranslatable", "backend_body", "completion",
            "completion_events", "iter_events", "passes_through", "streams"]
@@ -134,17 +132,13 @@ def _finish(result: CallResult, cap: int | None) -> str:
 
 
 def _usage(result: CallResult) -> dict[str, int] | None:
-    if result.input_tokens is None or result.output_tokens is None:
-        return None
-    return {"prompt_tokens": result.input_tokens, "completion_tokens": result.output_tokens,
-            "total_tokens": result.input_tokens + result.output_tokens}
+    return usage_object(result.input_tokens, result.output_tokens)
 
 
 def completion(result: CallResult, model: str, cap: int | None) -> dict[str, Any]:
     """An answered call (``result.status == "ok"``) as OpenAI's ``chat.completion``."""
     doc: dict[str, Any] = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-        "created": int(time.time()), "model": model,
+        **completion_fields(model, "chat.completion"),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer},
                      "logprobs": None, "finish_reason": _finish(result, cap)}]}
     usage = _usage(result)
@@ -157,8 +151,7 @@ def completion_events(result: CallResult, model: str, cap: int | None,
                       include_usage: bool) -> list[bytes]:
     """An answered call as a stream of OpenAI chunks (for a protocol that does not stream:
     the answer in one chunk, its finish reason, the usage chunk if asked for, ``[DONE]``)."""
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model}
+    head = completion_fields(model)
     chunks: list[dict[str, Any]] = [
         {**head, "choices": [{"index": 0, "delta": {"role": "assistant",
                                                     "content": result.answer},
@@ -167,7 +160,7 @@ def completion_events(result: CallResult, model: str, cap: int | None,
     usage = _usage(result)
     if include_usage and usage is not None:
         chunks.append({**head, "choices": [], "usage": usage})
-    return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
+    return [*map(sse, chunks), DONE]
 
 
 async def iter_events(events: Iterable[bytes]) -> AsyncIterator[bytes]:

@@ -67,12 +67,14 @@ class Forwarded:
 @dataclass
 class StreamStart:
     """A stream's start: its status (200: ``events`` yields the server-sent events; else
-    ``body`` is the backend's error)."""
+    ``body`` is the error, and ``result`` the backend's refusal as its protocol reads it,
+    None when the backend did not answer and ``body`` is this endpoint's own error)."""
 
     status: int
     body: bytes = b""
     retry_after_s: float | None = None
     events: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    result: CallResult | None = None
 
 
 @dataclass
@@ -191,12 +193,15 @@ class Governor:
                     result = read_reply(self.backend, reply, since_sent(sent_at, begun),
                                         sent_at)
                     started.set_result(StreamStart(reply.status_code, reply.body,
-                                                   result.retry_after_s))
+                                                   result.retry_after_s, result=result))
                     return result
                 started.set_result(out)
-                inp, output = await relay(response.content, out.events, self.backend,
-                                          str(body.get("model", "")), client_wants_usage)
-                return CallResult("ok", input_tokens=inp, output_tokens=output,
+                relayed = await relay(response.content, out.events, self.backend,
+                                      str(body.get("model", "")), client_wants_usage)
+                # an error event: the call failed mid-stream, as a 5xx would have
+                return CallResult("ok" if relayed.error is None else "error",
+                                  error=relayed.error, input_tokens=relayed.input_tokens,
+                                  output_tokens=relayed.output_tokens,
                                   latency_s=since_sent(sent_at, begun),
                                   signals=stated(self.backend, response.headers),
                                   sent_at_s=sent_at)

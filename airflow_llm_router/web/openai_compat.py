@@ -121,7 +121,7 @@ async def _chat(request: Request) -> Response:
         return _whole(chat, done, backend, cap, wants_usage)
     start = await governor.stream(admission.lease_id, body, wants_usage)
     if start.status != 200:
-        if passes_through(backend):
+        if passes_through(backend) or start.result is None:
             return _backend_answer(start.status, start.body, start.retry_after_s)
         return _backend_refusal(chat, start.status, start.body, start.retry_after_s)
     return _event_stream(relay_events(start))

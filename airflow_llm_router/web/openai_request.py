@@ -65,7 +65,9 @@ class _StreamOptions(BaseModel):
 
 
 class ChatBody(BaseModel):
-    """The fields the router reads; every other field goes to the backend as sent."""
+    """The fields the router reads. Every other field goes as sent to an ``openai``
+    backend; another protocol refuses what it has no place for
+    (:mod:`~airflow_llm_router.web.bridge`)."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -93,6 +93,10 @@ class LiteLLMProxy(ChildServer):
     :param config: the proxy's config (``model_list``, ``router_settings``, ...); the
         counting callback is added to ``litellm_settings.callbacks``.
     :param master_key: the key clients send (``general_settings.master_key``).
+    :param venv: LiteLLM's virtualenv (default: ``$LLMR_LITELLM_VENV``,
+        :func:`litellm_executable`).
+    :param startup_timeout_s: how long the proxy may take to answer its liveness check.
+    :raises RuntimeError: (at construction) no such virtualenv, or no ``litellm`` in it.
     """
 
     def __init__(self, config: dict[str, Any], master_key: str = "sk-llmr-test",

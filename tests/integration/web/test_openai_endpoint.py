@@ -48,14 +48,17 @@ def _profile(rpm: int | None = None) -> SimulatorProfile:
 @pytest.fixture
 def serve(tmp_path: Path, namespace: str) -> Serve:
     """Start the standalone server on the test's namespace in front of ``sim``'s face for
-    ``protocol``, with extra options; its base URL while the block runs."""
+    ``protocol`` (or of a base URL), with extra options; its base URL while the block
+    runs."""
 
     @contextmanager
-    def run(sim: SimulatorServer, *options: str, protocol: str = "openai") -> Iterator[str]:
+    def run(sim: SimulatorServer | str, *options: str, protocol: str = "openai",
+            ) -> Iterator[str]:
         env = server_env(tmp_path, namespace, TOKEN)
         cap = 256 if protocol == "anthropic" else None  # Anthropic's API requires one
+        url = sim if isinstance(sim, str) else sim.url
         env["AIRFLOW_CONN_" + BACKEND_CONN.upper()] = json.dumps(
-            face_connection(sim.url, protocol, timeout_s=30, max_output_tokens=cap))
+            face_connection(url, protocol, timeout_s=30, max_output_tokens=cap))
         with standalone_api(env, ["--token-conn-id", TOKEN_CONN, "--conn-id", ROUTER_CONN,
                                   "--backend-conn-id", BACKEND_CONN, *options],
                             tmp_path / "api.log") as url:

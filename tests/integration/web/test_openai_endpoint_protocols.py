@@ -14,6 +14,7 @@ import pytest
 
 from airflow_llm_router.engine import RouterClient
 from llm_router_devkit.simulator import SimulatorServer
+from llm_router_devkit.stack import free_port
 from tests.integration.web.test_openai_endpoint import (  # noqa: F401 (fixtures)
     MESSAGES,
     Serve,
@@ -72,9 +73,12 @@ def test_a_models_backend_stream_is_its_answer_in_one_chunk(
 def test_a_backend_429_is_openais_rate_limit_error(
         serve: Serve, engine: RouterClient, protocol: str) -> None:  # noqa: F811
     """The backend allows one call a window, the quota more: its 429 reaches the client
-    as OpenAI's, with its Retry-After."""
+    as OpenAI's, with its Retry-After. The backend's window is 10 s, so the second call
+    meets the first's window however slowly a loaded machine sends it."""
     engine.set_quota("m", {**QUOTA, "window_s": 60})
-    with SimulatorServer(_profile(rpm=1)) as backend_sim, \
+    one_a_window = _profile(rpm=1).model_copy(update={"time_scale": 6})
+    assert one_a_window.scaled_window_s == 10
+    with SimulatorServer(one_a_window) as backend_sim, \
             serve(backend_sim, protocol=protocol) as url:
         client = _client(url)
         client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=16)
@@ -140,3 +144,41 @@ def test_without_max_tokens_the_anthropic_connection_cap_is_sent_and_reserved(
     body = over.value.body
     assert isinstance(body, dict) and body["code"] == "tokens_over_quota"
     assert sim.backend.stats()["calls"]["messages"] == 0
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_a_stream_that_fails_is_an_error_and_keeps_its_reservation(
+        serve: Serve, engine: RouterClient, protocol: str) -> None:  # noqa: F811
+    """A stream that ends in an ``error`` event failed, as a 5xx would have: it counts
+    towards the breaker, and its usage is unknown. Anthropic's never reaches
+    ``message_delta``: all it counted is ``message_start``'s, whose output tokens are a
+    placeholder (1), not what the model spent. The lease keeps its reservation (the
+    output cap), never less."""
+    engine.set_quota("m", QUOTA)
+    failing = _profile().model_copy(update={"error_rate": 1.0, "error_delay_s": 0.0})
+    with SimulatorServer(failing) as failing_sim, serve(failing_sim, protocol=protocol) \
+            as url, pytest.raises(openai.APIError, match="simulated provider error"):
+        list(_client(url).chat.completions.create(model="m", messages=MESSAGES,
+                                                  max_tokens=64, stream=True))
+    stats = _settled(engine)
+    assert stats.requests == 1 and stats.in_flight == 0
+    assert stats.output_tokens == 64
+    assert stats.counters.get("errors") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_backend_that_does_not_answer_is_a_502_streamed_or_not(
+        serve: Serve, engine: RouterClient, stream: bool) -> None:  # noqa: F811
+    """Nothing listens at the backend's address: the client gets the endpoint's own 502
+    (``backend_unavailable``, what failed), not a backend answer it never sent."""
+    engine.set_quota("m", QUOTA)
+    with serve(f"http://127.0.0.1:{free_port()}", protocol="anthropic") as url, \
+            pytest.raises(openai.InternalServerError) as failed:
+        _client(url).chat.completions.create(model="m", messages=MESSAGES, max_tokens=16,
+                                             stream=stream)
+    assert failed.value.status_code == 502
+    error = failed.value.body
+    assert isinstance(error, dict) and error["code"] == "backend_unavailable"
+    assert error["message"].startswith("the backend did not answer: ")
+    stats = _settled(engine)
+    assert stats.requests == 1 and stats.in_flight == 0
