@@ -135,7 +135,8 @@ async def _from_anthropic(lines: AsyncIterable[bytes], events: Events,
             stop = (event.get("delta") or {}).get("stop_reason")
             events.put_nowait(chunk({}, FINISH_REASONS.get(str(stop), "stop")))
         elif kind == "error":
-            error = event.get("error") or {}
+            error = event.get("error")
+            error = error if isinstance(error, dict) else {}  # a malformed event: still an error
             failed = _error_type(error)
             events.put_nowait(sse({"error": {
                 "message": str(error.get("message", "the backend's stream failed")),
