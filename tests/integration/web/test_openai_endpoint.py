@@ -141,8 +141,9 @@ def test_a_client_that_leaves_mid_stream_still_settles(
         serve: Serve, engine: RouterClient) -> None:
     engine.set_quota("m", {"rpm": 100, "tpm": 100_000, "max_concurrency": 4})
     slow = ModelProfile(name="m", median_s=60, min_s=30, max_s=90, output_tokens_mean=40,
-                        output_tokens_max=120)  # 0.5-1.5 s at this scale
-    with SimulatorServer(SimulatorProfile(time_scale=60, seed=5, models=[slow])) as sim, \
+                        output_tokens_max=120)  # 1.5-4.5 s at this scale: still running
+    # when the test reads in_flight, even after a loaded machine's pause
+    with SimulatorServer(SimulatorProfile(time_scale=20, seed=5, models=[slow])) as sim, \
             serve(sim) as url, httpx.Client(base_url=url, timeout=30) as http:
         body = {"model": "m", "messages": MESSAGES, "max_tokens": 64, "stream": True}
         with http.stream("POST", "/v1/chat/completions", json=body,
