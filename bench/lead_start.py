@@ -95,8 +95,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for item in args.src or [f"this={ROOT}"]:
         name, _, directory = item.partition("=")
         if not name or not directory or not (Path(directory) / "example_dags").is_dir():
-            raise SystemExit(f"error: --src {item!r}: expected NAME=DIR, DIR a checkout of "
-                             "this repository (with example_dags/)")
+            p.exit(2, f"error: --src {item!r}: expected NAME=DIR, DIR a checkout of this "
+                      "repository (with example_dags/)\n")
         sources[name] = Path(directory).resolve()
     args.sources = sources
     return args
@@ -145,8 +145,9 @@ def one_run(args: argparse.Namespace, src: Path, sim: SimulatorProcess,
             assert child.stdout is not None
             marks = json.loads(child.stdout.readline() or "{}")
             if not marks:
-                raise SystemExit(f"error: the lead's process of {src} ended before it "
-                                 "started; run its CHILD by hand to see why")
+                print(f"error: the lead's process of {src} ended before it started; "
+                      "run it again with --verbose to see why", file=sys.stderr)
+                raise SystemExit(2)
             arrival = wait_for("the first call",
                                lambda: http.get("/stats").json()["first_arrival_s"], 120.0, 0.01)
             first_call = reset + float(arrival)
