@@ -285,6 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
                         help="which phases to run (default: all)")
     opts = parser.parse_args(argv)
+    if opts.rounds < 1 or opts.clients < 1 or opts.seconds <= 0 or opts.rate <= 0:
+        print("error: --rounds and --clients must be >= 1, --seconds and --rate above 0",
+              file=sys.stderr)
+        return 2
     return guarded(lambda: run(opts, argv))
 
 

@@ -44,6 +44,7 @@ import asyncio
 import json
 import math
 import secrets
+import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -302,13 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sides = args.sides.split(",")
     if args.calls < 10 or args.clients < 1 or args.replicas < 1 or set(sides) - set(SIDES):
-        parser.error("--calls >= 10, --clients and --replicas >= 1, --sides of "
-                     f"{', '.join(SIDES)}")
+        print("error: --calls must be >= 10, --clients and --replicas >= 1, --sides a "
+              f"comma-separated list of {', '.join(SIDES)}", file=sys.stderr)
+        return 2
     if "litellm" in sides:
         try:
             litellm_executable()
         except RuntimeError as err:
-            parser.error(str(err))
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     out, command, _ = results_dir(OUT, "litellm", "bench.litellm_side_by_side", argv)
     streams = {"no": [False], "yes": [True], "both": [False, True]}[args.stream]
 

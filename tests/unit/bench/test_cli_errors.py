@@ -38,3 +38,33 @@ def test_e2e_docs_without_matplotlib_is_one_error_line(
     assert done.value.code == 2
     line = _one_error_line(capsys)
     assert "matplotlib" in line and f"--analyse {tmp_path}" in line
+
+
+@pytest.mark.parametrize(("module", "args", "names"), [
+    ("scale", ["--ab", "main", "--rounds", "0"], "--rounds"),
+    ("scale", ["--calls", "0"], "--calls"),
+    ("scale", ["--models", "10", "0"], "--models"),
+    ("endpoint_overhead", ["--rounds", "0"], "--rounds"),
+    ("endpoint_overhead", ["--clients", "0"], "--clients"),
+    ("endpoint_overhead", ["--seconds", "0"], "--seconds"),
+    ("endpoint_overhead", ["--rate", "-1"], "--rate"),
+    ("litellm_side_by_side", ["--calls", "5"], "--calls"),
+    ("litellm_side_by_side", ["--sides", "router,nginx"], "--sides"),
+])
+def test_a_bad_count_is_refused_before_anything_starts(
+        module: str, args: list[str], names: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    main = importlib.import_module(f"bench.{module}").main
+    assert main(args) == 2
+    assert names in _one_error_line(capsys)
+
+
+def test_litellm_side_by_side_without_its_virtualenv_is_one_error_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.litellm_side_by_side import main
+    from llm_router_devkit.litellm_proxy import LITELLM_VENV_ENV
+
+    monkeypatch.delenv(LITELLM_VENV_ENV, raising=False)
+    assert main(["--sides", "litellm"]) == 2
+    assert "scripts/litellm_venv.sh" in _one_error_line(capsys)
