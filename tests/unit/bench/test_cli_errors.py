@@ -50,6 +50,8 @@ def test_e2e_docs_without_matplotlib_is_one_error_line(
     ("endpoint_overhead", ["--rate", "-1"], "--rate"),
     ("litellm_side_by_side", ["--calls", "5"], "--calls"),
     ("litellm_side_by_side", ["--sides", "router,nginx"], "--sides"),
+    ("cluster_loss", ["--runs", "0"], "--runs"),
+    ("cluster_loss", ["--clients", "0"], "--clients"),
 ])
 def test_a_bad_count_is_refused_before_anything_starts(
         module: str, args: list[str], names: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,3 +70,10 @@ def test_litellm_side_by_side_without_its_virtualenv_is_one_error_line(
     monkeypatch.delenv(LITELLM_VENV_ENV, raising=False)
     assert main(["--sides", "litellm"]) == 2
     assert "scripts/litellm_venv.sh" in _one_error_line(capsys)
+
+
+def test_cluster_loss_writes_under_bench_out_from_any_directory() -> None:
+    from bench.cluster_loss import OUT
+    from bench.common import OUT_DIR
+
+    assert OUT == OUT_DIR / "cluster_loss.json" and OUT.is_absolute()
