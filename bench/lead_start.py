@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import OUT_DIR
+from bench.common import DEFAULT_DSN, OUT_DIR
 from bench.e2e.workloads import build
 from llm_router_devkit.claim_log import install_claim_log, read_claim_log
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
@@ -86,8 +86,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=3.0)
     p.add_argument("--redis-url", default=os.environ.get("LLMR_TEST_REDIS_URL",
                                                          "redis://127.0.0.1:6379/0"))
-    p.add_argument("--postgres-dsn", default=os.environ.get(
-        "LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    p.add_argument("--postgres-dsn", default=DEFAULT_DSN)
     p.add_argument("--out", type=Path, default=OUT_DIR)
     p.add_argument("--verbose", action="store_true", help="show the lead process's stderr")
     args = p.parse_args(argv)
