@@ -228,7 +228,6 @@ def one_run(side: str, stream: bool, args: argparse.Namespace, out: Path) -> dic
                       "--backend-conn-id", "llmr_bench_backend",
                       "--workers", str(args.replicas)], log)) + "/v1"]
             set_quotas(redis.url)
-            serving(urls[0], key)
         httpx.post(f"{sim.url}/stats/reset", timeout=30)
         tally = asyncio.run(drive(urls, key, calls, args.clients, stream))
         stats = httpx.get(f"{sim.url}/stats", timeout=30).json()
@@ -245,22 +244,6 @@ def one_run(side: str, stream: bool, args: argparse.Namespace, out: Path) -> dic
             "backend_models": {n: {k: m[k] for k in ("requests", "accepted", "rejected_429",
                                                      "violations", "tokens_accepted")}
                                for n, m in stats["models"].items()}}
-
-
-def serving(url: str, key: str, timeout_s: float = 600) -> None:
-    """Wait until the endpoint answers: it says it serves before its worker processes have
-    imported the app, which takes a minute or two on a loaded machine (a LiteLLM proxy is
-    waited for until it answers too)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"},
-                         timeout=timeout_s).status_code == 200:
-                return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
 
 
 def set_quotas(redis_url: str) -> None:
