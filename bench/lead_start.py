@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import DEFAULT_DSN, OUT_DIR
+from bench.common import DEFAULT_DSN, OUT_DIR, interruptible
 from bench.e2e.workloads import build
 from llm_router_devkit.claim_log import install_claim_log, read_claim_log
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
@@ -168,6 +168,13 @@ def one_run(args: argparse.Namespace, src: Path, sim: SimulatorProcess,
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    # Ctrl-C or SIGTERM: the lead's process, the run's namespace and schema and the
+    # simulator are stopped or dropped by the finally blocks below
+    return interruptible(lambda: measure(args, argv))
+
+
+def measure(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Every version ``--runs`` times, interleaved; print and save the phases."""
     profile = SimulatorProfile.default(time_scale=args.time_scale, seed=1)
     sim = SimulatorProcess(profile).start()
     results: dict[str, list[dict[str, float | None]]] = {name: [] for name in args.sources}
