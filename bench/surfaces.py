@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import secrets
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -111,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "schema, dropped after)")
     p.add_argument("--out", type=Path, default=OUT / "surfaces.json")
     args = p.parse_args(argv)
+    if args.calls < 1 or args.history < 0 or min(args.models) < 1:
+        print("error: --calls and each of --models must be >= 1, --history >= 0",
+              file=sys.stderr)
+        return 2
     server = PrivateRedis()
     server.start()
     schema = f"surfaces_{uuid.uuid4().hex[:8]}"

@@ -52,6 +52,11 @@ def test_e2e_docs_without_matplotlib_is_one_error_line(
     ("litellm_side_by_side", ["--sides", "router,nginx"], "--sides"),
     ("cluster_loss", ["--runs", "0"], "--runs"),
     ("cluster_loss", ["--clients", "0"], "--clients"),
+    ("backlog", ["--chunk", "0"], "--chunk"),
+    ("backlog_drain", ["--max-in-flight", "0"], "--max-in-flight"),
+    ("backlog_drain", ["--every", "0"], "--every"),
+    ("surfaces", ["--calls", "0"], "--calls"),
+    ("surfaces", ["--models", "0"], "--models"),
 ])
 def test_a_bad_count_is_refused_before_anything_starts(
         module: str, args: list[str], names: str, capsys: pytest.CaptureFixture[str]) -> None:
