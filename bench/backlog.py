@@ -243,9 +243,9 @@ def report(points: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = _parser().parse_args(argv)
-    if min(opts.sizes) < 1000 or opts.claimers < 1 or opts.batch < 1 or opts.measure < 1:
-        print("error: --sizes must be >= 1000, --claimers, --batch and --measure >= 1",
-              file=sys.stderr)
+    if min(opts.sizes) < 1000 or min(opts.claimers, opts.batch, opts.measure, opts.chunk) < 1:
+        print("error: --sizes must be >= 1000, --claimers, --batch, --measure and --chunk "
+              ">= 1", file=sys.stderr)
         return 2
 
     def body() -> int:

@@ -165,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.tasks < 1000:
         print("error: --tasks: at least 1000 (a curve needs a long drain)", file=sys.stderr)
         return 2
+    if opts.max_in_flight < 1 or opts.models < 1 or opts.every <= 0:
+        print("error: --max-in-flight and --models must be >= 1, --every above 0",
+              file=sys.stderr)
+        return 2
     import airflow_llm_router.triggers  # noqa: F401  (Airflow's imports, outside the run)
 
     def body() -> int:

@@ -17,19 +17,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import redis
 
 from airflow_llm_router.engine import Admission, AsyncRouterClient, RouterKeys, RouterSettings
+from bench.common import OUT_DIR, guarded
 from llm_router_devkit.redis_tools import LocalCluster, PrivateRedis
 
 __all__ = ["main", "one_run"]
 
-OUT = Path("bench/out/cluster_loss.json")
+OUT = OUT_DIR / "cluster_loss.json"
 
 
 def _promoted(cluster: LocalCluster, key: str, old: PrivateRedis) -> bool:
@@ -86,18 +87,27 @@ async def one_run(clients: int) -> dict[str, Any]:
             "lost": got - stats.counters["admitted"]}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster_loss",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="kills, one cluster each")
     parser.add_argument("--clients", type=int, default=8, help="admitting tasks")
     opts = parser.parse_args(argv)
-    runs = [asyncio.run(one_run(opts.clients)) for _ in range(opts.runs)]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(runs, indent=2) + "\n")
-    for run in runs:
-        print(json.dumps(run))
+    if opts.runs < 1 or opts.clients < 1:
+        print("error: --runs and --clients must be >= 1", file=sys.stderr)
+        return 2
+
+    def body() -> int:
+        runs = [asyncio.run(one_run(opts.clients)) for _ in range(opts.runs)]
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(runs, indent=2) + "\n")
+        for run in runs:
+            print(json.dumps(run))
+        return 0
+
+    # SIGTERM as Ctrl-C: the cluster's redis-servers are stopped by LocalCluster's exit
+    return guarded(body)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

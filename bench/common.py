@@ -37,6 +37,7 @@ __all__ = [
     "publish",
     "results_dir",
     "warm_up",
+    "write_raw",
     "write_section",
 ]
 

@@ -53,6 +53,7 @@ import redis
 
 from airflow_llm_router.engine import RouterClient, RouterSettings
 from bench.common import OUT_DIR, guarded, results_dir
+from bench.proc_cpu import cpu_s
 from llm_router_devkit.api_server import api_env, standalone_api
 from llm_router_devkit.redis_tools import PrivateRedis
 from llm_router_devkit.simulator import SimulatorProfile
@@ -66,7 +67,6 @@ BODY = {"model": MODEL, "max_tokens": 32,
         "messages": [{"role": "system", "content": "Answer briefly."},
                      {"role": "user", "content": "Summarise the ticket in one line, please."}]}
 PHASES = ("serial", "rate", "closed")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _profile() -> SimulatorProfile:
@@ -138,10 +138,11 @@ def _server(url: str) -> int:
 
 
 def _cpu_s(pid: int) -> float:
-    """CPU seconds ``pid`` has used (user + system)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """CPU seconds ``pid`` has used (user + system); it must still run."""
+    spent = cpu_s(pid)
+    if spent is None:
+        raise RuntimeError(f"process {pid} ended during the run")
+    return spent
 
 
 def _phase(opts: argparse.Namespace, name: str, url: str, token: str,
@@ -285,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
                         help="which phases to run (default: all)")
     opts = parser.parse_args(argv)
+    if opts.rounds < 1 or opts.clients < 1 or opts.seconds <= 0 or opts.rate <= 0:
+        print("error: --rounds and --clients must be >= 1, --seconds and --rate above 0",
+              file=sys.stderr)
+        return 2
     return guarded(lambda: run(opts, argv))
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import OUT_DIR
+from bench.common import DEFAULT_DSN, OUT_DIR, interruptible
 from bench.e2e.workloads import build
 from llm_router_devkit.claim_log import install_claim_log, read_claim_log
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
@@ -86,8 +86,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=3.0)
     p.add_argument("--redis-url", default=os.environ.get("LLMR_TEST_REDIS_URL",
                                                          "redis://127.0.0.1:6379/0"))
-    p.add_argument("--postgres-dsn", default=os.environ.get(
-        "LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    p.add_argument("--postgres-dsn", default=DEFAULT_DSN)
     p.add_argument("--out", type=Path, default=OUT_DIR)
     p.add_argument("--verbose", action="store_true", help="show the lead process's stderr")
     args = p.parse_args(argv)
@@ -95,8 +94,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for item in args.src or [f"this={ROOT}"]:
         name, _, directory = item.partition("=")
         if not name or not directory or not (Path(directory) / "example_dags").is_dir():
-            raise SystemExit(f"error: --src {item!r}: expected NAME=DIR, DIR a checkout of "
-                             "this repository (with example_dags/)")
+            p.exit(2, f"error: --src {item!r}: expected NAME=DIR, DIR a checkout of this "
+                      "repository (with example_dags/)\n")
         sources[name] = Path(directory).resolve()
     args.sources = sources
     return args
@@ -145,8 +144,9 @@ def one_run(args: argparse.Namespace, src: Path, sim: SimulatorProcess,
             assert child.stdout is not None
             marks = json.loads(child.stdout.readline() or "{}")
             if not marks:
-                raise SystemExit(f"error: the lead's process of {src} ended before it "
-                                 "started; run its CHILD by hand to see why")
+                print(f"error: the lead's process of {src} ended before it started; "
+                      "run it again with --verbose to see why", file=sys.stderr)
+                raise SystemExit(2)
             arrival = wait_for("the first call",
                                lambda: http.get("/stats").json()["first_arrival_s"], 120.0, 0.01)
             first_call = reset + float(arrival)
@@ -168,6 +168,13 @@ def one_run(args: argparse.Namespace, src: Path, sim: SimulatorProcess,
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    # Ctrl-C or SIGTERM: the lead's process, the run's namespace and schema and the
+    # simulator are stopped or dropped by the finally blocks below
+    return interruptible(lambda: measure(args, argv))
+
+
+def measure(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Every version ``--runs`` times, interleaved; print and save the phases."""
     profile = SimulatorProfile.default(time_scale=args.time_scale, seed=1)
     sim = SimulatorProcess(profile).start()
     results: dict[str, list[dict[str, float | None]]] = {name: [] for name in args.sources}

@@ -44,6 +44,7 @@ import asyncio
 import json
 import math
 import secrets
+import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -227,7 +228,6 @@ def one_run(side: str, stream: bool, args: argparse.Namespace, out: Path) -> dic
                       "--backend-conn-id", "llmr_bench_backend",
                       "--workers", str(args.replicas)], log)) + "/v1"]
             set_quotas(redis.url)
-            serving(urls[0], key)
         httpx.post(f"{sim.url}/stats/reset", timeout=30)
         tally = asyncio.run(drive(urls, key, calls, args.clients, stream))
         stats = httpx.get(f"{sim.url}/stats", timeout=30).json()
@@ -244,22 +244,6 @@ def one_run(side: str, stream: bool, args: argparse.Namespace, out: Path) -> dic
             "backend_models": {n: {k: m[k] for k in ("requests", "accepted", "rejected_429",
                                                      "violations", "tokens_accepted")}
                                for n, m in stats["models"].items()}}
-
-
-def serving(url: str, key: str, timeout_s: float = 600) -> None:
-    """Wait until the endpoint answers: it says it serves before its worker processes have
-    imported the app, which takes a minute or two on a loaded machine (a LiteLLM proxy is
-    waited for until it answers too)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"},
-                         timeout=timeout_s).status_code == 200:
-                return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
 
 
 def set_quotas(redis_url: str) -> None:
@@ -302,13 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sides = args.sides.split(",")
     if args.calls < 10 or args.clients < 1 or args.replicas < 1 or set(sides) - set(SIDES):
-        parser.error("--calls >= 10, --clients and --replicas >= 1, --sides of "
-                     f"{', '.join(SIDES)}")
+        print("error: --calls must be >= 10, --clients and --replicas >= 1, --sides a "
+              f"comma-separated list of {', '.join(SIDES)}", file=sys.stderr)
+        return 2
     if "litellm" in sides:
         try:
             litellm_executable()
         except RuntimeError as err:
-            parser.error(str(err))
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     out, command, _ = results_dir(OUT, "litellm", "bench.litellm_side_by_side", argv)
     streams = {"no": [False], "yes": [True], "both": [False, True]}[args.stream]
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -234,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--hedges", action="store_true", help="--ab with requests whose caller "
                    "hedges late calls (hedges_late)")
     args = p.parse_args(argv)
+    if args.calls < 1 or args.rounds < 1 or min(args.models) < 1:
+        print("error: --calls, --rounds and each of --models must be >= 1", file=sys.stderr)
+        return 2
     server = PrivateRedis()
     server.start()
     if args.ab:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -35,13 +35,12 @@ import redis
 from airflow_llm_router.engine import AsyncRouterClient, RouterClient, RouterSettings
 from airflow_llm_router.quotas import QuotaStore
 from airflow_llm_router.web import Lazy, QuotaService, create_app, token_access
-from bench.common import drop_schema, interruptible, write_raw
+from bench.common import DEFAULT_DSN, drop_schema, interruptible, write_raw
 from bench.scale import HUGE, learn
 from llm_router_devkit.redis_tools import PrivateRedis
 
 OUT = Path(__file__).resolve().parent / "out"
 ROUTES = ("/stats", "/quotas", "/advice?backlog=100000")
-DSN = os.environ.get("LLMR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @dataclass
@@ -109,10 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=40, help="timed reads per route and point")
     p.add_argument("--history", type=int, default=300,
                    help="untimed /stats reads first (the counter samples of an open page)")
-    p.add_argument("--dsn", default=DSN, help="PostgreSQL for the quota store (a private "
+    p.add_argument("--dsn", default=DEFAULT_DSN, help="PostgreSQL for the quota store (a private "
                    "schema, dropped after)")
     p.add_argument("--out", type=Path, default=OUT / "surfaces.json")
     args = p.parse_args(argv)
+    if args.calls < 1 or args.history < 0 or min(args.models) < 1:
+        print("error: --calls and each of --models must be >= 1, --history >= 0",
+              file=sys.stderr)
+        return 2
     server = PrivateRedis()
     server.start()
     schema = f"surfaces_{uuid.uuid4().hex[:8]}"

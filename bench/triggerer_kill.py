@@ -1,11 +1,12 @@
 """A triggerer killed mid-drain (``bench.triggerers --kill-triggerer-at``): how soon the
 survivor runs the dead one's drains.
 
-Once a share of the backlog is solved, the triggerer holding the most drain triggers gets
-SIGKILL with every process under it (``AirflowStack.kill``: no clean-up runs, as on a
-machine that dies). Its triggers keep its job id in the metadata database's ``trigger``
-table until its heartbeat is older than ``[triggerer] triggerer_health_check_threshold``
-(Airflow's default, 30 s: a benchmark keeps it); then a triggerer with room takes them.
+Once a share of the backlog is solved, one named triggerer (the second, in
+``bench.triggerers``) gets SIGKILL with every process under it (``AirflowStack.kill``: no
+clean-up runs, as on a machine that dies). Its triggers keep its job id in the metadata
+database's ``trigger`` table until its heartbeat is older than ``[triggerer]
+triggerer_health_check_threshold`` (Airflow's default, 30 s: a benchmark keeps it); then a
+triggerer with room takes them.
 Measured from the kill: when the first and the last of them ran on another triggerer (a
 trigger row gone meanwhile had fired: its drain ended). With the spread placement every
 survivor has room for them all; capped to its share, a survivor has none, and the drains'

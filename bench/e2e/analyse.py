@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -224,9 +225,9 @@ def analyse_dir(out: Path, docs: bool = False) -> list[dict[str, Any]]:
     if plots.available():
         images = plots.write_all(raws, results, out)
     elif docs:
-        raise SystemExit("error: --docs draws plots: install matplotlib "
-                         "(pip install -e 'devkit[bench]'), then re-run with --analyse "
-                         f"{out}")
+        print("error: --docs draws plots: install matplotlib (pip install -e "
+              f"'devkit[bench]'), then re-run with --analyse {out}", file=sys.stderr)
+        raise SystemExit(2)
     else:
         images = {}
         print("plots: skipped (matplotlib not installed: pip install -e 'devkit[bench]')")

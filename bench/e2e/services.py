@@ -76,10 +76,10 @@ def airflow_settings(parallelism: int) -> dict[str, str]:
 def load_quotas(dsn: str, router: RouterClient, schema: str,
                 profile: SimulatorProfile) -> QuotaStore:
     """The run's quotas in a quota store of the run's schema, loaded as ``llm-router quotas
-    load`` does: stored, audited and pushed to Redis with the sync marker. Written into
-    Redis alone (no marker), the hook's clients in the sensor and solvers took Redis for
-    one that had lost its data and tried a quota table that did not exist, with a
-    warning, at each advice read."""
+    load`` does: stored, audited and pushed to Redis with the sync marker. Quotas written
+    into Redis alone carry no marker: the hook's clients in the sensor and solvers would
+    take Redis for one that lost its data and, at each advice read, look for a quota
+    table that does not exist, with a warning."""
     quotas = QuotaStore(dsn, router, schema=schema)
     quotas.migrate()
     quotas.load(router_quotas(profile), actor="bench.e2e", source="bench")

@@ -21,14 +21,15 @@ if TYPE_CHECKING:
 BIG_RPM, BIG_TPM, BIG_CONC = 10**6, 10**9, 10**4
 
 
-def drain_of(pg_schema: str, settings: dict[str, Any], deadline_s: float) -> DrainTrigger:
+def drain_of(pg_schema: str, settings: dict[str, Any], deadline_s: float, *,
+             worker_id: str = "drain-under-test") -> DrainTrigger:
     """A drain of the test's store (``pg_schema.tasks``) through the default connections
     (see :func:`serve_backend`), ending ``deadline_s`` from now."""
     from airflow_llm_router.triggers.solve import DrainTrigger
 
     return DrainTrigger(
         store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
-        worker_id="drain-under-test", settings=settings,
+        worker_id=worker_id, settings=settings,
         router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
         deadline=time.time() + deadline_s)
 

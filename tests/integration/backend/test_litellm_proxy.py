@@ -21,8 +21,8 @@ import pytest
 
 from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
 from llm_router_devkit.litellm_proxy import LITELLM_VENV_ENV, LiteLLMProxy
+from tests.integration.backends import drain_of
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -62,13 +62,10 @@ def proxy() -> Iterator[LiteLLMProxy]:
 async def _drain(pg_schema: str, seconds: float) -> dict[str, Any]:
     """Drain the store for ``seconds``: the calls the quota has no room for by then come
     back unfinished."""
-    trigger = DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
-        worker_id="drain-through-litellm",
-        settings={"claim_ttl_s": 30, "claim_batch": CALLS, "max_in_flight": CALLS,
-                  "backoff_s": 0.05, "hedge_late_calls": False},
-        router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
-        deadline=time.time() + seconds)
+    trigger = drain_of(pg_schema, {"claim_ttl_s": 30, "claim_batch": CALLS,
+                                   "max_in_flight": CALLS, "backoff_s": 0.05,
+                                   "hedge_late_calls": False},
+                       seconds, worker_id="drain-through-litellm")
     payload: dict[str, Any] = (await asyncio.wait_for(anext(trigger.run()), 90)).payload
     return payload
 

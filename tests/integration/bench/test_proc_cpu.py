@@ -62,7 +62,9 @@ def test_cpu_s_of_a_gone_process_is_none() -> None:
 
 
 def test_pg_backends_counts_only_the_runs_backends() -> None:
-    run, other = f"llmr-cpu-test-{uuid.uuid4().hex[:8]}", "llmr-cpu-test-other"
+    # both names unique: the server is shared, and a run of this test beside it would
+    # otherwise add its own backend to a fixed name's count
+    run, other = (f"llmr-cpu-test-{side}-{uuid.uuid4().hex[:8]}" for side in ("mine", "other"))
     with psycopg.connect(DEFAULT_DSN, autocommit=True, application_name=run) as mine, \
             psycopg.connect(DEFAULT_DSN, autocommit=True, application_name=other) as theirs:
         with PgBackends(DEFAULT_DSN, run) as pg:

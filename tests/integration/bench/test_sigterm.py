@@ -3,8 +3,10 @@ services it started, as it does on Ctrl-C: run as a user runs it (``python -m be
 in its own process), terminated mid-drain, then none of its redis-server, simulator or API
 processes is left and it exits 143 with one line saying so.
 
-Two entry points: ``bench.solver_cpu`` goes through ``bench.common.guarded``, ``bench.ingest``
-through ``bench.common.interruptible`` around its ``main`` (and also runs the standalone API).
+Three entry points: ``bench.solver_cpu`` goes through ``bench.common.guarded``, ``bench.ingest``
+through ``bench.common.interruptible`` around its ``main`` (and also runs the standalone API),
+``bench.lead_start`` through ``interruptible`` around its runs (each a lead process of its
+own session, beside the simulator).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def _calls_seen(simulator_pid: int) -> int:
                  id="solver_cpu"),
     pytest.param(["bench.ingest", "--runs", "1", "--in-flight", "40"],
                  {"redis", "simulator", "api"}, id="ingest"),
+    # the lead's own process is killed at its first call, and the next run starts one
+    pytest.param(["bench.lead_start", "--runs", "50"], {"simulator"}, id="lead_start"),
 ])
 def test_sigterm_mid_drain_stops_every_service_and_exits_143(
         tmp_path: Path, args: list[str], kinds: set[str]) -> None:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import pytest
 import yaml
 
 from airflow_llm_router.engine import RouterClient, RouterSettings
-from tests.conftest import POSTGRES_DSN, delete_namespace
+from tests.conftest import POSTGRES_DSN
 from tests.integration.docs.snippets import DOCS, ROOT, Block, blocks, commands, section
 
 PYTHON = [block for path in DOCS for block in blocks(path, "python")]
@@ -107,9 +108,9 @@ def test_the_llm_router_commands_run_as_written(connections: str, tmp_path: Path
     assert len(lines) >= 5
     for block, line in lines:
         assert main(shlex.split(line)[1:]) == 0, f"{block.where}: {line}"
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=connections))
     models = yaml.safe_load(quota_file)["models"]
-    assert set(client.get_quotas()) == set(models)  # loaded, then pruned to the file
+    with closing(RouterClient.from_url(redis_url, RouterSettings(namespace=connections))) as client:
+        assert set(client.get_quotas()) == set(models)  # loaded, then pruned to the file
     assert capsys.readouterr().out
 
 
@@ -152,7 +153,6 @@ def test_the_readme_engine_example_runs_as_written(namespace: str, redis_url: st
                          capture_output=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == "call gpt-small now"  # after Airflow's logs
-    client = RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
-    stats = client.stats().models["gpt-small"]
+    with closing(RouterClient.from_url(redis_url, RouterSettings(namespace=namespace))) as client:
+        stats = client.stats().models["gpt-small"]
     assert stats.in_flight == 0  # the example settled the lease it took
-    delete_namespace(namespace)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -98,31 +99,43 @@ def test_a_listed_admission_costs_about_the_same_over_1000_models(server: Privat
         r.close()
 
 
-def _any_cost(r: redis.Redis, client: RouterClient, calls: int,
-              hedges: bool = False) -> tuple[float, float, int]:
-    """Per single any-model admission: the Redis commands its script ran, the keys it
-    declared (the most of any call), and the HKEYS and HGETALL run (reading every model)."""
-    declared: list[int] = []
+@contextmanager
+def _declared(client: RouterClient) -> Iterator[list[tuple[str, int]]]:
+    """The operation and the number of keys of each script the client runs meanwhile."""
+    seen: list[tuple[str, int]] = []
     script_keys = client.core.script_keys
 
     def counted(action: Script) -> list[str]:
         keys = script_keys(action)
-        if action.op == "admit":
-            declared.append(len(keys))
+        seen.append((action.op, len(keys)))
         return keys
 
     client.core.script_keys = counted  # type: ignore[method-assign]
     try:
+        yield seen
+    finally:
+        client.core.script_keys = script_keys  # type: ignore[method-assign]
+
+
+def _scans(before: dict[str, int], after: dict[str, int]) -> int:
+    """The HKEYS and HGETALL run between two counts: reads of every model."""
+    return sum(after.get(k, 0) - before.get(k, 0) for k in ("hkeys", "hgetall"))
+
+
+def _any_cost(r: redis.Redis, client: RouterClient, calls: int,
+              hedges: bool = False) -> tuple[float, int, int]:
+    """Per single any-model admission: the Redis commands its script ran, the keys it
+    declared (the most of any call), and the HKEYS and HGETALL run (reading every model)."""
+    with _declared(client) as seen:
         before = _calls(r)
         for _ in range(calls):
             got = client.admit_many([AdmitRequest(100, hedges_late=hedges)])[0]
             assert isinstance(got, Admission)
         after = _calls(r)
-    finally:
-        client.core.script_keys = script_keys  # type: ignore[method-assign]
     ran = {k: after[k] - before.get(k, 0) for k in after}
     own = sum(n for k, n in ran.items() if k not in ("evalsha", "info", "script|load"))
-    return own / calls, max(declared), ran.get("hkeys", 0) + ran.get("hgetall", 0)
+    declared = max(n for op, n in seen if op == "admit")
+    return own / calls, declared, _scans(before, after)
 
 
 @pytest.mark.parametrize("hedges", [False, True], ids=["plain", "hedged"])
@@ -150,7 +163,7 @@ def test_an_any_model_admission_costs_about_the_same_over_1000_models(
         # burners more calls run late: 49 commands against 32 over 10 models)
         assert many_cmds <= 2 * few_cmds, (few_cmds, many_cmds)
         # batched: the head declared grows with the batch, not with the models
-        _, batch_keys, scans = _any_cost_batched(r, many, hedges)
+        batch_keys, scans = _any_cost_batched(r, many, hedges)
         assert scans == 0 and batch_keys < 1000, batch_keys
     finally:
         few.close()
@@ -158,25 +171,14 @@ def test_an_any_model_admission_costs_about_the_same_over_1000_models(
         r.close()
 
 
-def _any_cost_batched(r: redis.Redis, client: RouterClient,
-                      hedges: bool) -> tuple[int, int, int]:
-    sizes: list[int] = []
-    script_keys = client.core.script_keys
-
-    def counted(action: Script) -> list[str]:
-        keys = script_keys(action)
-        sizes.append(len(keys))
-        return keys
-
-    client.core.script_keys = counted  # type: ignore[method-assign]
-    try:
+def _any_cost_batched(r: redis.Redis, client: RouterClient, hedges: bool) -> tuple[int, int]:
+    """Over four batches of 64 any-model admissions: the most keys a script declared, and
+    the HKEYS and HGETALL run."""
+    with _declared(client) as seen:
         before = _calls(r)
         for _ in range(4):
             got = client.admit_many([AdmitRequest(100, hedges_late=hedges)
                                      for _ in range(64)])
             assert all(isinstance(d, Admission) for d in got)
         after = _calls(r)
-    finally:
-        client.core.script_keys = script_keys  # type: ignore[method-assign]
-    scans = sum(after.get(k, 0) - before.get(k, 0) for k in ("hkeys", "hgetall"))
-    return len(sizes), max(sizes), scans
+    return max(n for _, n in seen), _scans(before, after)

@@ -24,11 +24,10 @@ from airflow.triggers.base import TriggerEvent
 from airflow_llm_router.engine import RouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
-from airflow_llm_router.triggers.solve import DrainTrigger
-from tests.integration.backends import serve_backend, set_quotas_from, small_profile
+from tests.integration.backends import drain_of, serve_backend, set_quotas_from, small_profile
 
 __all__ = ["FIRST", "GUARD_MS", "WINDOW_S", "Drained", "N", "drain_across", "drain_started",
-           "drain_trigger", "solved_at"]
+           "solved_at"]
 
 #: tasks: about 15 s of the profile's 75 calls a second, so the drain outlasts the fault
 N = 1100
@@ -84,23 +83,12 @@ class Drained:
         assert set(self.in_flight.values()) == {0}, self.in_flight
 
 
-def drain_trigger(pg_schema: str, settings: dict[str, Any], *,
-                  worker_id: str = "drain-under-test", budget_s: float = 120.0,
-                  ) -> DrainTrigger:
-    """A ``DrainTrigger`` of the test's task table (``postgres_default``), through the
-    ``llm_router_default`` and ``models_backend_default`` connections, ``budget_s`` from
-    now."""
-    return DrainTrigger(
-        store={"postgres_conn_id": "postgres_default", "schema": pg_schema, "table": "tasks"},
-        worker_id=worker_id, settings=settings, router_conn_id="llm_router_default",
-        backend_conn_id="models_backend_default", deadline=time.time() + budget_s)
-
-
 async def drain_started(store: TaskStore, pg_schema: str, settings: dict[str, Any],
                         first: int, poll_s: float = 0.05) -> asyncio.Task[TriggerEvent]:
-    """Run a drain (:func:`drain_trigger`, ended after 150 s at most) as a task; return it
-    once ``first`` tasks are solved or it has ended."""
-    trigger = drain_trigger(pg_schema, settings)
+    """Run a drain (:func:`~tests.integration.backends.drain_of`, its deadline 120 s away,
+    ended after 150 s at most) as a task; return it once ``first`` tasks are solved or it
+    has ended."""
+    trigger = drain_of(pg_schema, settings, 120)
     drain = asyncio.create_task(asyncio.wait_for(anext(trigger.run()), 150))
     while store.counts()["solved"] < first and not drain.done():
         await asyncio.sleep(poll_s)  # a poll of the store: nothing to wait on

@@ -20,8 +20,7 @@ from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.web import Lazy, create_app, token_access
 from tests.conftest import REDIS_URL
-from tests.integration.backends import serve_backend, set_quotas_from, small_profile
-from tests.integration.solver.drain_across import drain_trigger
+from tests.integration.backends import drain_of, serve_backend, set_quotas_from, small_profile
 from tests.integration.web.conftest import AUTH, TOKEN
 
 BULK, HOT = 300, 10
@@ -62,9 +61,9 @@ async def test_posted_tasks_are_solved_by_a_lingering_drain_hot_ahead_of_bulk(
     profile = small_profile(time_scale=60)  # one-second windows
     with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
         set_quotas_from(router, profile)
-        trigger = drain_trigger(pg_schema, {
+        trigger = drain_of(pg_schema, {
             "claim_ttl_s": 30, "claim_batch": 50, "max_in_flight": 60, "linger_s": 120,
-            "backoff_s": 0.05}, worker_id="drain-beside-the-api", budget_s=150)
+            "backoff_s": 0.05}, 150, worker_id="drain-beside-the-api")
         drain = asyncio.create_task(anext(trigger.run()))
         try:
             # a first POST while the drain has nothing to do: the notification wakes it

@@ -106,8 +106,8 @@ PLACEMENT = {
     "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
     "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
 }
-#: Settings a deployment runs at Airflow's defaults, which the harness once changed: the
-#: log level (deployments log INFO) and the API server's workers.
+#: Settings a deployment runs at Airflow's defaults and a harness is tempted to change:
+#: the log level (deployments log INFO) and the API server's workers.
 NEVER_SET = {"AIRFLOW__LOGGING__LOGGING_LEVEL", "AIRFLOW__API__WORKERS"}
 
 

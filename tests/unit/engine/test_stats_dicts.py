@@ -63,6 +63,7 @@ def test_stats_dict_is_asdicts_document_without_deep_copies(deep_copies: list[ob
                                                             ) -> None:
     stats = _stats(50)
     expected = _asdict_stats(stats)
+    assert deep_copies  # the counter sees asdict's copies
     deep_copies.clear()
     doc = stats.to_dict()
     assert deep_copies == []
@@ -77,6 +78,7 @@ def test_advice_dict_is_asdicts_document_without_deep_copies(deep_copies: list[o
     advice = advise({f"m{k}": ModelLoad(QUOTA, 10.0 if k % 2 else None, 100.0)
                      for k in range(50)}, backlog=500)
     expected = dataclasses.asdict(advice)
+    assert deep_copies  # the counter sees asdict's copies
     deep_copies.clear()
     doc = advice.to_dict()
     assert deep_copies == []
