@@ -113,10 +113,15 @@ class _Draining:
         ``until_empty``, backlog empty)."""
         if time.time() >= self.deadline:
             return False
-        if await self.io.call(self.store.backlog_size, cap=1) == 0:
+        backlog = await self.io.look(None, self.store.backlog_size, cap=1)
+        if backlog is None:  # the deadline passed during a store outage
+            return False
+        if backlog == 0:
             if self.until_empty:
                 return False
-            others = await self.io.call(self.store.claims_in_progress)
+            others = await self.io.look(None, self.store.claims_in_progress)
+            if others is None:
+                return False
             if others.count:
                 return await self.wait_for_others(others.count, others.next_expiry_s)
             return await self.linger()
@@ -159,7 +164,7 @@ class _Draining:
             with contextlib.suppress(*WATCH_LOST):
                 await self.close()
             self.watch = None
-            await self.io.call(self.store.backlog_size, cap=1)
+            await self.io.look(None, self.store.backlog_size, cap=1)
             return True
 
     async def open_watch(self) -> None:

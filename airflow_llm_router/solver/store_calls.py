@@ -124,6 +124,24 @@ class StoreCalls:
                 f"{len(self.results)} answers not written, {len(self.claims)} claims held: "
                 "their tasks come back when the claims expire)") from err
 
+    async def look(self, moot: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A store call whose answer is moot once the deadline has passed (a claim, a look
+        at the backlog): as :meth:`call`, but if the deadline passes during an outage it
+        returns ``moot`` instead of raising, so the drain stops claiming and goes on: its
+        calls in flight end and its answers are written when the store is back (within
+        ``store_outage_s``, which still ends the drain loudly).
+
+        :raises TaskStoreUnavailable: past the outage budget before the deadline."""
+        try:
+            return await self.call(fn, *args, **kwargs)
+        except TaskStoreUnavailable as err:
+            if time.time() < self.deadline:
+                raise
+            log.warning("the drain's deadline passed while the task store was unreachable "
+                        "(%s): no more claims; the answers are written when it is back",
+                        type(err.__cause__ or err).__name__)
+            return moot
+
     async def _call_once(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a store call in a thread, one at a time. If the drain is cancelled meanwhile,
         the statement still finishes before the cancellation goes on, so the clean-up that
@@ -147,14 +165,15 @@ class StoreCalls:
                 raise
 
     async def claim(self, n: int, worker_id: str) -> list[ClaimedTask]:
-        """Claim up to ``n`` tasks for ``worker_id``."""
+        """Claim up to ``n`` tasks for ``worker_id`` (none if the deadline passed during a
+        store outage: :meth:`look`)."""
         def take() -> list[ClaimedTask]:  # records the claims even if the drain is cancelled
             claimed = self.store.claim(n, worker_id=worker_id,
                                        claim_ttl_s=self.settings.claim_ttl_s)
             self.claims.update({t.id: t.claim_token for t in claimed})
             return claimed
 
-        return list(await self.call(take))
+        return list(await self.look([], take))
 
     async def adopt(self, workers: Sequence[str]) -> list[ClaimedTask]:
         """Take back the live claims of ``workers``."""

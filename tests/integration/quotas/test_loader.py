@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from airflow_llm_router.cli.quotas import main
@@ -19,6 +21,7 @@ from airflow_llm_router.engine.types import Wait
 from airflow_llm_router.exceptions import QuotaValidationError
 from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.quotas import QuotaStore, read_quota_file
+from llm_router_devkit.api_server import standalone_api
 from tests.conftest import delete_namespace
 
 YAML = """\
@@ -308,3 +311,16 @@ def test_the_command_reads_connections_added_to_the_metadata_database(
     assert loaded.stdout.splitlines()[-1] == f"2 change(s); 2 model(s) in {path}"
     listed = json.loads(run(llm_router, "quotas", "list").stdout)
     assert sorted(listed) == ["gpt-small", "openai/gpt-4o"]
+    # the standalone API, started as python -m airflow_llm_router.web, finds its token and
+    # both stores' connections there too
+    token = secrets.token_urlsafe(24)
+    run(airflow, "connections", "add", "llmr_api_token", "--conn-type", "generic",
+        "--conn-password", token)
+    with standalone_api(env, ["--token-conn-id", "llmr_api_token"], tmp_path / "api.log") \
+            as url, httpx.Client(base_url=url, timeout=15,
+                                 headers={"Authorization": f"Bearer {token}"}) as http:
+        quotas = http.get("/quotas")
+        assert quotas.status_code == 200, quotas.text
+        models = quotas.json()["models"]
+        assert {"gpt-small", "openai/gpt-4o"} <= {m["model"] for m in models}, models
+        assert http.get("/backlog").status_code == 200  # the task store's connection

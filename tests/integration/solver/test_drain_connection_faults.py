@@ -107,6 +107,46 @@ async def test_a_postgres_restart_mid_drain_loses_no_answer_and_the_drain_goes_o
     assert event["summary"]["solved"] + event["summary"]["stale"] >= n
 
 
+async def test_answers_are_written_after_an_outage_that_outlasts_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg: EmbeddedPostgres,
+    pg_store: TaskStore, router: RouterClient,
+) -> None:
+    """The task store's server goes down mid-drain and comes back only after the drain's
+    deadline: the answers the backend returned meanwhile are paid for, so their writes go
+    on past the deadline (within ``store_outage_s``) instead of giving up at it, and a
+    claim the deadline cut short in the outage ends the claiming, not the drain. Every
+    answer is written, the tasks not reached are handed back at once, none stays
+    claimed. (Answers are written only when nothing is in flight, so the drain claims,
+    not writes, while the store is down.)"""
+    profile = small_profile(time_scale=30)  # about 37 calls a second: still busy at the end
+    n = 400
+    pg_store.enqueue([f"question {i}" for i in range(n)])
+    with serve_backend(profile, monkeypatch, namespace, pg.dsn) as sim:
+        set_quotas_from(router, profile)
+        trigger = _drain(6, claim_ttl_s=30.0, store_outage_s=18.0, flush_every_s=60.0)
+        drain = asyncio.create_task(_event(trigger, within_s=60))
+        async with httpx.AsyncClient(base_url=sim.url) as http:
+            while (await http.get("/stats")).json()["totals"].get("completed", 0) < 40 \
+                    and not drain.done():
+                await asyncio.sleep(0.02)
+        assert not drain.done(), drain.result()
+        # down from now until 1.5 s past the deadline
+        down_s = max(0.0, trigger.deadline - time.time()) + 1.5
+        await asyncio.to_thread(pg.restart, down_s)
+        assert time.time() > trigger.deadline  # the outage outlasted the deadline
+        event = await drain
+        stats = httpx.get(sim.url + "/stats").json()
+    assert event["status"] == "done", event
+    counts = _counts(pg_store)
+    # every answer the backend returned is in the store, each task under its first claim
+    assert counts["solved"] == stats["totals"]["completed"], (counts, stats["totals"])
+    assert counts["claimed"] == 0 and counts["dead"] == 0, counts
+    assert 40 <= counts["solved"] < n and counts["solved"] + counts["pending"] == n, counts
+    solved = [row for row in (pg_store.get(i) for i in range(1, n + 1))
+              if row is not None and row.status == "solved"]
+    assert all(row.answer and row.attempts == 1 for row in solved)
+
+
 async def test_a_lingering_drain_rides_out_a_postgres_restart_and_takes_new_tasks(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg: EmbeddedPostgres,
     pg_store: TaskStore, router: RouterClient,

@@ -27,13 +27,14 @@ from tests.integration.redis_server import private_redis
 
 
 def _drain(schema: str, seconds: float, *, claim_ttl_s: float = 5.0,
-           max_in_flight: int = 100, hedge_late_calls: bool = True) -> DrainTrigger:
+           max_in_flight: int = 100, hedge_late_calls: bool = True,
+           max_errors: int = 3) -> DrainTrigger:
     return DrainTrigger(
         store={"postgres_conn_id": "postgres_default", "schema": schema, "table": "tasks"},
         worker_id="drain-under-test",
         settings={"claim_ttl_s": claim_ttl_s, "claim_batch": 50,
                   "max_in_flight": max_in_flight, "backoff_s": 0.05,
-                  "hedge_late_calls": hedge_late_calls},
+                  "hedge_late_calls": hedge_late_calls, "max_errors": max_errors},
         router_conn_id="llm_router_default", backend_conn_id="models_backend_default",
         deadline=time.time() + seconds)
 
@@ -255,20 +256,24 @@ async def test_a_dead_letter_records_the_model_whose_calls_failed_it(
     assert all(t.allowed_models is None for t in page.tasks)
 
 
+@pytest.mark.parametrize("max_errors", [3, 1])
 async def test_a_model_the_backend_does_not_know_is_taken_out_of_rotation(
     monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
-    store: TaskStore, router: RouterClient,
+    store: TaskStore, router: RouterClient, max_errors: int,
 ) -> None:
     """A quota for a model the backend does not have (it answers 404 unknown_model): the
     model's fault, not the tasks'. Its breaker opens at once with that cause, the tasks
-    it failed go to other models, no attempt is burnt and none dies."""
+    it failed go to other models, no attempt is burnt and none dies. The 404 is no error
+    of the prompt's: with ``max_errors`` 1, counting it would give up the attempt of each
+    prompt that met it."""
     profile = small_profile(time_scale=120)
     n = 100
     store.enqueue([f"prompt {i}" for i in range(n)], max_attempts=5)
     with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
         set_quotas_from(router, profile)
         router.set_quota("flash-mini-typo", quotas_from(profile)["m3"])
-        event = await _event(_drain(pg_schema, seconds=60), within_s=90)
+        event = await _event(_drain(pg_schema, seconds=60, max_errors=max_errors),
+                             within_s=90)
         stats = _sim_stats(sim.url)
     assert event["status"] == "done", event
     assert event["summary"]["solved"] == n and event["summary"]["dead"] == 0, event
@@ -283,3 +288,32 @@ async def test_a_model_the_backend_does_not_know_is_taken_out_of_rotation(
     # hedged (the loser runs on to its end at the backend): a 404 is never an answer
     assert n <= stats["totals"]["completed"] <= n + event["summary"]["hedged"], (
         stats["totals"], event["summary"])
+
+
+async def test_a_task_only_an_unknown_model_may_take_dies_at_its_first_call(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, pg_dsn: str, pg_schema: str,
+    store: TaskStore, router: RouterClient,
+) -> None:
+    """Every model a task allows is one the backend says it does not have: no retry can
+    help, so the task dies at its first call (one 404 at the backend), naming the model,
+    instead of waiting for the breaker's probe and burning its attempts."""
+    profile = small_profile(time_scale=120)
+    store.enqueue(["only the typo may answer"], allowed_models=["flash-mini-typo"],
+                  max_attempts=5)
+    with serve_backend(profile, monkeypatch, namespace, pg_dsn) as sim:
+        set_quotas_from(router, profile)
+        router.set_quota("flash-mini-typo", quotas_from(profile)["m3"])
+        started = time.monotonic()
+        event = await _event(_drain(pg_schema, seconds=15, hedge_late_calls=False),
+                             within_s=45)
+        took = time.monotonic() - started
+        stats = _sim_stats(sim.url)
+    assert event["status"] == "done", event
+    assert event["summary"]["dead"] == 1, event
+    row = store.get(1)
+    assert row is not None and row.status == "dead" and row.attempts == 1, row
+    assert row.model == "flash-mini-typo" and "404" in (row.last_error or ""), row
+    assert stats["totals"]["completed"] == 0, stats["totals"]
+    typo = router.stats().models["flash-mini-typo"]
+    assert typo.counters["unknown_model"] == 1, typo
+    assert took < 10, took  # not held for the breaker's 30 s probe
