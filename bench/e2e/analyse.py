@@ -180,6 +180,8 @@ def analyse(raw: Mapping[str, Any]) -> dict[str, Any]:
         "tail": bottlenecks.tail(rows, reset),
         "answered_by_s": bottlenecks.milestones(rows, reset + first_call, raw["tasks"]),
         "last_call_s": (last_arrival_s(timeline) or first_call) - first_call,
+        # per window from the first call, as the yardstick prints the reference's
+        "calls_per_window": bottlenecks.calls_per_window(timeline, first_call, k),
         "w3": _w3(raw, last_answer), "w4": _w4(raw, reset),
         "provenance": raw["provenance"], "load_average": raw.get("load_average"),
     }

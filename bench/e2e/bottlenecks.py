@@ -9,6 +9,10 @@
 - **Restarts and cold start**: from Airflow's records, per DAG run, the time from the run
   being queued to its first call at the backend, and how busy the mapped workers were.
 - **Tail**: who answered last, and how long the last 5 % took.
+- **Calls per window**: each model's calls (hedges and calls that lost a hedge's race
+  included) in each window from the first call, as the yardstick's reference counts its
+  own: with W1's windows full on the fast models, what the second window has to carry
+  decides how long the run's tail is.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from bench.e2e.metrics import tumbling
 from llm_router_devkit.product_path import first_arrival_s
 
-__all__ = ["batch_tails", "fan_out", "milestones", "restarts", "tail"]
+__all__ = ["batch_tails", "calls_per_window", "fan_out", "milestones", "restarts", "tail"]
 
 #: Below this share of its capacity in a window a model counts as idle.
 IDLE_UTIL = 0.10
@@ -51,6 +55,19 @@ def batch_tails(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         "mean_call_s": fmean(max(v) for v in batches.values()),
         "mean_item_s": fmean(x for v in batches.values() for x in v),
     }
+
+
+def calls_per_window(timeline: Mapping[str, Any], start_s: float, k: int
+                     ) -> dict[str, list[int]]:
+    """Each model's calls accepted at the backend per window of ``k`` buckets from the
+    bucket holding ``start_s`` (the run's first call: the yardstick's time 0), up to the
+    last window any model called in; models that took none are left out."""
+    bucket = float(timeline["bucket_s"])
+    lo = int(round(start_s / bucket, 6))
+    out = {m: [int(n) for n in tumbling(s["requests"], k, lo)]
+           for m, s in timeline["models"].items() if any(s["requests"][lo:])}
+    windows = max((i + 1 for v in out.values() for i, n in enumerate(v) if n), default=0)
+    return {m: v[:windows] for m, v in out.items()}
 
 
 def fan_out(timeline: Mapping[str, Any], rates: Mapping[str, float], k: int,

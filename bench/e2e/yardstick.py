@@ -31,9 +31,10 @@ it, holding prompts in the backlog where that pays; checked send by send): the p
 reference treats a list as a set and may send a prompt past its first choice while that
 has room, which makes it faster than any schedule that keeps the order.
 
-For a ``bench.direct`` run, which records each model's calls per window, it also prints
-them next to the reference's: where a run falls short of the reference, the windows and
-models that carry the difference (a bottleneck measured on the same run).
+For each run it also prints each model's calls per window next to the reference's (a
+``bench.direct`` run records them, a ``bench.e2e`` run's metrics count them from the
+backend's timeline): where a run falls short of the reference, the windows and models
+that carry the difference (a bottleneck measured on the same run).
 
 The reference with costs unknown (``blind_reference_schedule``, with the LP plan of the
 expected instance) makes the same choices knowing only what a router knows before a call

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from bench.e2e.bottlenecks import batch_tails, fan_out, milestones, restarts, tail
+from bench.e2e.bottlenecks import (
+    batch_tails,
+    calls_per_window,
+    fan_out,
+    milestones,
+    restarts,
+    tail,
+)
 
 
 def test_batches_are_rebuilt_from_one_write_back_instant() -> None:
@@ -69,3 +76,13 @@ def test_milestones_are_the_times_shares_of_the_tasks_were_answered() -> None:
     rows = [{"solved": 100.0 + i} for i in range(1, 11)] + [{"solved": None}] * 10
     out = milestones(rows, 100.0, 20)
     assert out == {"50%": 10.0}  # the 10th answer; 90 % and more were never reached
+
+
+def test_calls_per_window_count_from_the_first_calls_bucket() -> None:
+    timeline = {"bucket_s": 0.5, "models": {
+        "a": {"requests": [0, 3, 1, 0, 2, 0, 0, 0], "rejected": [0] * 8},
+        "b": {"requests": [0, 0, 0, 1, 0, 0, 0, 0], "rejected": [0] * 8},
+        "idle": {"requests": [0] * 8, "rejected": [0] * 8}}}
+    # windows of 2 buckets (1 s) from the first call's bucket (0.5 s): [0.5, 1.5), ...
+    # up to the last window anyone called in
+    assert calls_per_window(timeline, 0.5, 2) == {"a": [4, 2], "b": [0, 1]}
