@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from airflow_llm_router.engine import RouterClient
+from airflow_llm_router.engine import AdmitRequest, RouterClient
+from airflow_llm_router.engine.core import ADMIT_CHUNK
 from airflow_llm_router.engine.types import Admission, Wait
 
 
@@ -34,6 +35,17 @@ def admit_all(router: RouterClient, most: int = 200) -> list[Admission]:
             return out
         out.append(got)
     raise AssertionError(f"{most} admitted: the limit did not hold")
+
+
+def admit_at_once(router: RouterClient, asked: int) -> list[Admission]:
+    """Ask for ``asked`` one-token requests in one admission call (one script run: no
+    window entry can leave the window meanwhile, however loaded the machine) and return
+    those admitted; at least one must wait (else the limit did not hold)."""
+    assert asked <= ADMIT_CHUNK  # one script run
+    decisions = router.admit_many([AdmitRequest(1) for _ in range(asked)])
+    admitted = [d for d in decisions if isinstance(d, Admission)]
+    assert len(admitted) < asked, f"all {asked} admitted: the limit did not hold"
+    return admitted
 
 
 def _poll(take: Callable[[], list[Admission]], timeout_s: float,

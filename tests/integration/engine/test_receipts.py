@@ -20,7 +20,7 @@ import pytest
 from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.types import Admission, Wait
 from tests.integration.engine.admitting import (
-    admit_all,
+    admit_at_once,
     first_admission,
     redis_ms,
     until_redis_ms,
@@ -35,8 +35,9 @@ def quota(window_s: float) -> dict[str, Any]:
 
 
 def sent_pair(router: RouterClient) -> list[Admission]:
-    """Both places of the window taken, their calls stamped as sent."""
-    pair = admit_all(router)
+    """Both places of the window taken (in one admission call: no stall between them),
+    their calls stamped as sent."""
+    pair = admit_at_once(router, 3)
     assert len(pair) == 2
     router.mark_sent([x.lease_id for x in pair])
     return pair
@@ -93,22 +94,23 @@ def test_an_answered_call_counts_from_its_receipt_not_its_send_plus_the_guard(
 
 def test_a_receipt_entry_counts_with_the_guard_left_after_a_halving_during_its_window(
         make_router: Callable[..., RouterClient]) -> None:
-    window_ms = 1000
+    window_ms = 2000
     router = make_router(guard_ms=20, guard_share=0)
     router.set_quota("a", quota(window_ms / 1000))
     lease = first_admission(router)
     # a measured delay widens the guard to 1.25 x 80 + 5 = 105 ms; what it holds above the
-    # base halves 8 windows (8 s) after
+    # base halves 8 windows (16 s) after
     router.complete_many([Completion(lease.lease_id, 1, 0, "ok", arrival_delay_s=0.08)])
     widened = redis_ms(router)
     assert router.stats().models["a"].guard_ms == 105
-    # a call sent and answered 700 ms before the halving counts past it
-    until_redis_ms(router, widened + 8 * window_ms - 700, timeout_s=15)
+    # a call sent and answered 1.5 s before the halving (a loaded machine's stall between
+    # these steps must not reach the halving) counts 0.5 s past it
+    until_redis_ms(router, widened + 8 * window_ms - 1500, timeout_s=30)
     first = first_admission(router)
     router.mark_sent([first.lease_id])
     before, _ = receive(router, first)
     assert router.stats().models["a"].guard_ms == 105  # (the halving had not come yet)
-    until_redis_ms(router, widened + 8 * window_ms + 1, timeout_s=15)
+    until_redis_ms(router, widened + 8 * window_ms + 1, timeout_s=30)
     assert router.stats().models["a"].guard_ms == 63  # 20 + 85 / 2
     assert entry_end(router, first, window_ms) >= before + window_ms + MARGIN_MS - 1
 

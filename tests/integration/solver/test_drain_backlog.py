@@ -39,11 +39,12 @@ async def test_a_drain_reports_its_unclaimed_backlog(
     store.enqueue([f"prompt {i}" for i in range(TASKS)])
     key = RouterKeys(namespace).router("K_BACKLOG")
     source = f"{pg_schema}.tasks"
-    trigger = drain_for(pg_schema)
     with serve_backend(profile, monkeypatch, namespace, pg_dsn), \
             redis.Redis.from_url(redis_url, decode_responses=True) as raw:
         set_quotas_from(router, profile)
-        drain = asyncio.create_task(anext(trigger.run()))
+        # made once the backend is up: its 4 s run from here, not from before the
+        # simulator's start (seconds on a loaded machine)
+        drain = asyncio.create_task(anext(drain_for(pg_schema).run()))
         reports = []  # until one follows the drain's claims
         while not reports or int(reports[-1].split(":")[0]) == TASKS:
             assert not drain.done(), f"the drain ended without reporting its claims: {reports}"
@@ -121,11 +122,10 @@ async def _first_report(monkeypatch: pytest.MonkeyPatch, namespace: str, redis_u
     profile = small_profile(time_scale=1)  # one-minute windows: 75 calls in the first
     store.enqueue([f"prompt {i}" for i in range(TASKS)])
     key = RouterKeys(namespace).router("K_BACKLOG")
-    trigger = drain_for(pg_schema)
     with serve_backend(profile, monkeypatch, namespace, pg_dsn), \
             redis.Redis.from_url(redis_url, decode_responses=True) as raw:
         set_quotas_from(router, profile)
-        drain = asyncio.create_task(anext(trigger.run()))
+        drain = asyncio.create_task(anext(drain_for(pg_schema).run()))  # as above
         while (first := raw.hget(key, f"{pg_schema}.tasks")) is None:
             assert not drain.done(), "the drain ended without reporting"
             await asyncio.sleep(0.005)  # a poll of Redis: nothing to wait on
