@@ -11,7 +11,7 @@ import pytest
 
 from airflow_llm_router.engine import Completion, RouterClient
 from airflow_llm_router.engine.types import Admission, AdmitRequest, Wait
-from tests.integration.engine.admitting import admit_all, first_admission
+from tests.integration.engine.admitting import admit_at_once, first_admission
 
 
 def test_the_base_guard_grows_with_the_window(
@@ -31,7 +31,7 @@ def test_a_measured_arrival_delay_widens_the_guard_and_admission_keeps_to_it(
     router.set_quota("a", {"rpm": 2, "tpm": 10**6, "max_concurrency": 10,
                            "window_s": window_s})
     before = time.monotonic()  # at or before the window entries' stamps
-    first = admit_all(router)
+    first = admit_at_once(router, 3)  # one call: no stall between them outlasts the window
     assert len(first) == 2
     # the provider said the call reached it 80 ms after it was sent
     router.complete_many([Completion(first[0].lease_id, 1, 0, "ok", arrival_delay_s=0.08)])
@@ -104,8 +104,8 @@ def test_announced_limits_cap_the_share_while_they_are_stated(
     assert stats.limit_share == 0.25 and stats.effective is not None
     assert stats.effective["rpm"] == 10
     assert stats.counters["rate_limited"] == 0 and stats.counters["limit_cuts"] == 0
-    # admission keeps to it: 9 more in the window of the first
-    assert len(admit_all(router)) == 9
+    # admission keeps to it: 9 more in the window of the first (asked in one call)
+    assert len(admit_at_once(router, 10)) == 9
     # unstated for 4 windows, the announcement lapses
     deadline = time.monotonic() + 10
     while router.stats().models["a"].limit_share < 1:

@@ -28,7 +28,7 @@ from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.exceptions import ConnectionConfigError
 from airflow_llm_router.hooks.router import RouterHook
 from llm_router_devkit.redis_tools import LocalCluster, LocalSentinel
-from tests.integration.engine.admitting import admit_all
+from tests.integration.engine.admitting import admit_at_once
 
 QUOTA = {"rpm": 3, "tpm": 10_000, "max_concurrency": 10, "window_s": 0.5}
 
@@ -53,7 +53,7 @@ def _holds_the_window(router: RouterClient) -> None:
     """rpm 3 per 0.5 s: three admitted at once, the fourth told to wait; a completion and
     the window's passing let exactly three more in."""
     router.set_quota("m", QUOTA)
-    first = admit_all(router)
+    first = admit_at_once(router, 4)  # in one call: no stall outlasts the 0.5 s window
     assert len(first) == 3
     for lease in first:
         assert router.complete(lease.lease_id, input_tokens=1, output_tokens=1) == "released"
@@ -63,7 +63,7 @@ def _holds_the_window(router: RouterClient) -> None:
     deadline = time.monotonic() + 5
     again: list[Admission] = []
     while not again and time.monotonic() < deadline:
-        again = admit_all(router)
+        again = admit_at_once(router, 4)
     assert len(again) == 3
     stats = router.stats().models["m"]
     assert stats.counters["admitted"] == 6 and stats.counters["completed"] == 3
