@@ -14,7 +14,9 @@ asked, and prints per run:
   yardstick's reference starts at its first send and ends at its last answer);
 - the backend's 429s by model and reason (its own counters);
 - the last answers: each one's model, when its call was sent and how long it took (the
-  prompt's drawn latency there), to see what ended the run;
+  prompt's drawn latency there), to see what ended the run, and the same for every
+  answered call with its kind (``calls`` in ``runs.json``: where each list's prompts went,
+  and when);
 - each model's calls per window (from the backend's timeline), against its rpm, and per
   second in ``runs.json`` (from the backend's reset, the first call's second included),
   and per 50 ms over the first 3 s from the first call (``calls_first_3s``: the first
@@ -247,6 +249,10 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                 sql.SQL("SELECT extract(epoch FROM solved_at), model, prompt FROM {} "
                         "WHERE status = 'solved' ORDER BY solved_at DESC LIMIT %s")
                 .format(sql.Identifier(schema, "tasks")), (ENDING,)).fetchall()
+            every = conn.execute(
+                sql.SQL("SELECT extract(epoch FROM solved_at), model, prompt, kind FROM {} "
+                        "WHERE status = 'solved' ORDER BY id")
+                .format(sql.Identifier(schema, "tasks"))).fetchall()
         last_answer = float(last[0][0]) - started if last else ended
     first = min((k for m in fine["models"].values() for k, n in enumerate(m["requests"]) if n),
                 default=0) * FIRST_CALL_BUCKET_S
@@ -278,6 +284,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "warm": args.warm,
         "events": [e.get("status") for e in finals],
         "fired": events.fired,
+        "calls": [{"kind": c[3], **r} for c, r in zip(every, _ending(
+            profile, [(c[0], c[1], c[2]) for c in every], started + first), strict=True)],
     }
 
 
