@@ -22,10 +22,10 @@ function SPEED.at(mean, dev, spread)
 end
 
 -- Model m's likely latency and late point as ZADD scores: from its learned mean and
--- deviation (K_EST), else its quota's prior (`q`: the decoded quota; nil: read it), else
--- 'inf'.
-local function score(m, q)
-  local e = redis.call('HMGET', K_EST, m .. '|lat', m .. '|latd')
+-- deviation (K_EST, or `known`: both as just written there), else its quota's prior (`q`:
+-- the decoded quota; nil: read it), else 'inf'.
+local function score(m, q, known)
+  local e = known or redis.call('HMGET', K_EST, m .. '|lat', m .. '|latd')
   local mean = tonumber(e[1])
   if not mean then
     if q == nil then
@@ -43,8 +43,9 @@ end
 -- Model m's estimate or quota changed: its place by speed moves. `joined`: its quota was
 -- just set (it may be new: it also takes its place in the fair order, at its tag); else
 -- only a model already in the index moves (a call settling after its quota went adds none).
-function SPEED.note(m, q, joined)
-  local likely, late = score(m, q)
+-- `known`: its mean and deviation as just written to K_EST (score), not read back.
+function SPEED.note(m, q, joined, known)
+  local likely, late = score(m, q, known)
   if joined then
     redis.call('ZADD', K_SPEED, likely, m)
     redis.call('ZADD', K_LATE, late, m)
