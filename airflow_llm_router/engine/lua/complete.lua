@@ -210,11 +210,13 @@ for _, m in ipairs(models) do
       end
     end
   end
-  observe_latency(K_EST, m .. '|lat', latencies, function()
+  local written = observe_latency(K_EST, m .. '|lat', latencies, function()
     local q = quota_of(m)
     return q and q.lat and q.lat * 1000 or nil
   end)
-  if #latencies > 0 then SPEED.note(m, quota_of(m) or false, false) end  -- lib/speed.lua
+  if #latencies > 0 then  -- lib/speed.lua
+    SPEED.note(m, quota_of(m) or false, false, written)
+  end
   observe_p95(K_OBS(m), K_EST, m, outputs, recompute, function()
     local q = quota_of(m)
     return q and q.oprior or nil

@@ -40,9 +40,9 @@ local function num(x) return string.format('%.17g', x) end
 
 local function setup()
   if N then return end
-  N = SPEED.check()
-  if N <= SMALL then
-    local raw = redis.call('ZRANGE', K_SPEED, 0, -1, 'WITHSCORES')
+  local raw
+  N, raw = SPEED.check(SMALL)
+  if raw then
     ALL = {names = {}, speeds = {}}
     for k = 1, #raw, 2 do
       ALL.names[#ALL.names + 1], ALL.speeds[#ALL.speeds + 1] = raw[k], tonumber(raw[k + 1])
@@ -151,13 +151,28 @@ local function small_order(grp, lat, hedge)
     order[k], tag[m] = m, math.max(f.tags[m] or 0, f.v)
     lat[m] = judged(grp.lat[m], hedge and grp.late[k], hedge)
   end
-  table.sort(order, function(a, b)
+  local function before(a, b)
     if tag[a] ~= tag[b] then return tag[a] < tag[b] end
     return a < b
-  end)
+  end
+  -- An admission usually takes the first candidate: it is found by one pass (names are
+  -- unique, so the order is total and the least is the sort's first); the rest are
+  -- sorted only when a second one is asked for.
   local k = 0
   return function()
     k = k + 1
+    if k == 1 then
+      local best = 1
+      for j = 2, #order do
+        if before(order[j], order[best]) then best = j end
+      end
+      order[1], order[best] = order[best], order[1]
+    elseif k == 2 and #order > 2 then
+      local rest = {}
+      for j = 2, #order do rest[j - 1] = order[j] end
+      table.sort(rest, before)
+      for j, m in ipairs(rest) do order[j + 1] = m end
+    end
     return order[k]
   end
 end

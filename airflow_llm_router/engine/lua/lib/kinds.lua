@@ -54,7 +54,8 @@ end
 -- it), weighing as PRIOR_WEIGHT calls, rather than from the first call: the first calls to
 -- end are the short ones (a long call is still running when they come back), so an
 -- estimate that starts from them takes a slow model for a fast one until its long calls
--- end, and it is given calls that end last.
+-- end, and it is given calls that end last. Returns what it wrote of the mean and the
+-- deviation ({mean, deviation} as text) when it wrote both.
 local LAT_MEMORY = 30000
 local PRIOR_WEIGHT = 4
 function observe_latency(h, f, samples, prior)
@@ -84,6 +85,8 @@ function observe_latency(h, f, samples, prior)
                f .. 't', int(NOW)}
   if dev then out[#out + 1], out[#out + 2] = f .. 'd', string.format('%.3f', dev) end
   redis.call('HSET', h, unpack(out))
+  -- what h[f] and h[f .. 'd'] now hold (when both were written), as HMGET answers them
+  if dev then return {out[2], out[#out]} end
 end
 
 -- The model's mean excess: by how many tokens its settled calls exceeded what they had

@@ -22,10 +22,10 @@ function SPEED.at(mean, dev, spread)
 end
 
 -- Model m's likely latency and late point as ZADD scores: from its learned mean and
--- deviation (K_EST), else its quota's prior (`q`: the decoded quota; nil: read it), else
--- 'inf'.
-local function score(m, q)
-  local e = redis.call('HMGET', K_EST, m .. '|lat', m .. '|latd')
+-- deviation (K_EST, or `known`: both as just written there), else its quota's prior (`q`:
+-- the decoded quota; nil: read it), else 'inf'.
+local function score(m, q, known)
+  local e = known or redis.call('HMGET', K_EST, m .. '|lat', m .. '|latd')
   local mean = tonumber(e[1])
   if not mean then
     if q == nil then
@@ -43,8 +43,9 @@ end
 -- Model m's estimate or quota changed: its place by speed moves. `joined`: its quota was
 -- just set (it may be new: it also takes its place in the fair order, at its tag); else
 -- only a model already in the index moves (a call settling after its quota went adds none).
-function SPEED.note(m, q, joined)
-  local likely, late = score(m, q)
+-- `known`: its mean and deviation as just written to K_EST (score), not read back.
+function SPEED.note(m, q, joined, known)
+  local likely, late = score(m, q, known)
   if joined then
     redis.call('ZADD', K_SPEED, likely, m)
     redis.call('ZADD', K_LATE, late, m)
@@ -71,11 +72,21 @@ end
 
 -- The number of models with a quota, once the orders hold each of them: an index that
 -- does not (written by an engine before it, or estimates set by hand and the index
--- dropped) is rebuilt from the quotas, estimates and tags, once.
-function SPEED.check()
+-- dropped) is rebuilt from the quotas, estimates and tags, once. With `whole` (a number
+-- of models) and no more models than it, also the whole order by speed, as ZRANGE
+-- WITHSCORES answers it: read in place of counting it, not counted and read again.
+function SPEED.check(whole)
   local n = redis.call('HLEN', K_QUOTAS)
-  if redis.call('ZCARD', K_SPEED) == n and redis.call('ZCARD', K_FAIRQ) == n
-     and redis.call('ZCARD', K_LATE) == n then return n end
+  local function by_speed()
+    if whole and n <= whole then
+      local raw = redis.call('ZRANGE', K_SPEED, 0, -1, 'WITHSCORES')
+      return #raw / 2, raw
+    end
+    return redis.call('ZCARD', K_SPEED), nil
+  end
+  local have, raw = by_speed()
+  if have == n and redis.call('ZCARD', K_FAIRQ) == n
+     and redis.call('ZCARD', K_LATE) == n then return n, raw end
   redis.call('DEL', K_SPEED, K_FAIRQ, K_LATE)
   local names = redis.call('HKEYS', K_QUOTAS)
   for k = 1, #names, 500 do
@@ -92,6 +103,6 @@ function SPEED.check()
     redis.call('ZADD', K_LATE, unpack(lates))
     redis.call('ZADD', K_FAIRQ, unpack(tags))
   end
-  return n
+  return n, select(2, by_speed())
 end
 end  -- of what this library keeps to itself

@@ -9,15 +9,20 @@ local QUEUE = nil
 
 local function waiters_load()
   if QUEUE then return QUEUE end
+  QUEUE = {}
+  -- An empty queue (the common case under capacity) costs this one call: the deadlines
+  -- hold queued requests only (waiter_add, waiter_remove and cancel.lua change the three
+  -- keys together), so there are none to drop.
+  local top = redis.call('ZRANGE', K_WAITERS, 0, WAIT_SCAN - 1, 'WITHSCORES')
+  if #top == 0 then return QUEUE end
   local dead = redis.call('ZRANGEBYSCORE', K_WAIT_DEADLINES, '-inf', int(NOW), 'LIMIT', 0, BOUND)
   if #dead > 0 then
     redis.call('ZREM', K_WAITERS, unpack(dead))
     redis.call('ZREM', K_WAIT_DEADLINES, unpack(dead))
     redis.call('HDEL', K_WAIT_INFO, unpack(dead))
+    top = redis.call('ZRANGE', K_WAITERS, 0, WAIT_SCAN - 1, 'WITHSCORES')
+    if #top == 0 then return QUEUE end
   end
-  QUEUE = {}
-  local top = redis.call('ZRANGE', K_WAITERS, 0, WAIT_SCAN - 1, 'WITHSCORES')
-  if #top == 0 then return QUEUE end
   local ids = {}
   for k = 1, #top, 2 do ids[#ids + 1] = top[k] end
   local infos = redis.call('HMGET', K_WAIT_INFO, unpack(ids))
