@@ -39,7 +39,12 @@ from airflow_llm_router.engine import AsyncRouterClient, Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
-from airflow_llm_router.solver.hedging import HedgeTargets, first_answer, late_and_idle
+from airflow_llm_router.solver.hedging import (
+    HedgeTargets,
+    LatePoints,
+    first_answer,
+    late_and_idle,
+)
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
@@ -82,6 +87,7 @@ class Solver:
         #: calls that lost a hedge's race, running on to their end (see _call_or_hedge)
         self.stragglers: set[asyncio.Task[Any]] = set()
         self.hedge_targets = HedgeTargets(router)
+        self.late_points = LatePoints(router)
         #: the backend's protocol: whether prompts can share a ``/batch``, which call
         #: options it can send
         self.wire = protocol_named(backend.protocol)
@@ -144,6 +150,7 @@ class Solver:
                 return SolveResult(item.key, "unfinished", calls=calls, rate_limited=limited,
                                    error=last.error if last else None)
             metrics.admitted(lease.model, time.monotonic() - asked)
+            self.late_points.note(lease.model, lease.late_after_s)
             calls += 1
             last, model, hedges = await self._call_or_hedge(item, request, lease)
             calls += hedges
@@ -177,20 +184,24 @@ class Solver:
     async def _call_or_hedge(self, item: SolveItem, request: AdmitRequest,
                              lease: Admission) -> tuple[CallResult, str, int]:
         """Call ``lease``'s model. If the call runs late (past the admission's
-        ``late_after_s``) while none of this solver's prompts waits for admission, send the
+        ``late_after_s``, or its model's late point learned since, when the admission had
+        none) while none of this solver's prompts waits for admission, send the
         prompt to another allowed model as well and keep the first answer. The other call
         runs on to its end (its answer dropped, its lease settled as any call's): the
         provider counts it in flight until then, so its slot must not free sooner. Why:
         near the end of a backlog the last straggler ends the whole run, and by then
         capacity is idle; a second call costs one call. Returns the result kept, its model
         and the extra calls made (0 or 1). See :mod:`airflow_llm_router.solver.hedging`."""
-        late = lease.late_after_s
-        if not self.settings.hedge_late_calls or late is None:
+        if not self.settings.hedge_late_calls:
             return await self._call(item, lease.model, lease.lease_id), lease.model, 0
         first = asyncio.create_task(self._call(item, lease.model, lease.lease_id),
                                     name="llm-router-call")
         try:
-            if not await late_and_idle(first, late, self._may_hedge):
+            # admitted while nothing was known of its model's latency (None), the call
+            # learns its late point once the model has one
+            if not await late_and_idle(first, lease.late_after_s,
+                                       lambda: self.late_points.learn(lease.model),
+                                       self._may_hedge):
                 return await first, lease.model, 0
             others = await self.hedge_targets.others(item.models, lease.model)
             if not others:
@@ -235,6 +246,7 @@ class Solver:
         if lease is None:
             return None
         sent.append(lease.model)
+        self.late_points.note(lease.model, lease.late_after_s)
         self.progress.hedged += 1
         metrics.hedged(late_model)
         log.debug("prompt %s: call on %s late; hedged on %s", item.key, late_model,

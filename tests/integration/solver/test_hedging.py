@@ -255,3 +255,44 @@ async def test_a_solver_that_hedges_tells_the_engine_so(namespace: str,
                                                 False)
     assert hedged.status == "solved" and hedged.model == "slow", hedged
     assert waited.status == "solved" and waited.model == "fast", waited
+
+
+#: a model with no prior latency: its first admissions give no late point
+COLD = {"rpm": 1000, "tpm": 10**7, "max_concurrency": 100}
+
+
+async def test_a_call_admitted_cold_is_hedged_once_its_model_has_a_late_point(
+        namespace: str, redis_url: str) -> None:
+    """Nothing is known of "sticky"'s latency when the prompt's call on it is admitted
+    (no late point). Another caller's call on sticky then answers in 50 ms and the engine
+    learns the model's latency: the held call learns its late point from the engine and,
+    nothing waiting, is hedged on "quick". Without that it is waited for to its end (the
+    test lets it go once quick has answered, or after 10 s)."""
+    backend = Sticky()
+    late: list[float | None] = []
+
+    async def teach_then_let_go(router: AsyncRouterClient) -> None:
+        await asyncio.to_thread(backend.held.acquire)
+        late.append(await router.late_after_s("sticky"))  # the held call's admission's
+        lease = await router.admit(10, models=["sticky"])
+        assert isinstance(lease, Admission) and lease.late_after_s is None, lease
+        await router.complete(lease.lease_id, 3, 4, latency_s=0.05)
+        late.append(await router.late_after_s("sticky"))
+        until = time.monotonic() + 10.0
+        while (await router.stats()).models["quick"].counters["completed"] < 1 \
+                and time.monotonic() < until:
+            await asyncio.sleep(0.02)  # the hedge's answer is in and settled
+        backend.let_go()
+
+    try:
+        with serve(backend.answer, backend.hold) as server:
+            (result,), _ = await _solve(namespace, redis_url, server.url,
+                                        [_item("1", "sticky", "quick")],
+                                        {"sticky": COLD, "quick": COLD},
+                                        during=teach_then_let_go)
+    finally:
+        backend.let_go()
+    assert late[0] is None and late[1] is not None and late[1] < 1.0, late
+    assert result.answer == "from quick" and result.hedged and result.calls == 2, result
+    assert backend.calls == {"sticky": 1, "quick": 1}
+
