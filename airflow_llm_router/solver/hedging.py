@@ -20,6 +20,9 @@ call more, paid for, for the few prompts that run late at the end.
 Whether the solver is idle is the solver's to say
 (:meth:`~airflow_llm_router.solver.runner.Solver._call_or_hedge`); here are the two waits
 and the models a hedge may go to (:class:`HedgeTargets`).
+The solver's deadline for new calls does not end hedging: a solver that stops claiming
+(a drain's start in the worker, handing over to its trigger) waits for its calls in
+flight, and a straggler among them is rescued until the task's own deadline.
 """
 
 from __future__ import annotations

@@ -63,9 +63,12 @@ class Solver:
 
     def __init__(self, router: AsyncRouterClient, http: BackendHttp,
                  backend: BackendConfig, settings: SolveSettings, deadline: float,
-                 admitter: BatchAdmitter, progress: Progress, outage: RedisOutage) -> None:
+                 admitter: BatchAdmitter, progress: Progress, outage: RedisOutage,
+                 hedge_deadline: float | None = None) -> None:
         self.router, self.http, self.backend = router, http, backend
         self.settings, self.deadline = settings, deadline
+        #: until when a late call already in flight may be hedged (epoch s; see solving)
+        self.hedge_deadline = max(deadline, hedge_deadline or deadline)
         self.admitter, self.progress = admitter, progress
         self.outage = outage
         #: This run's mark in every request id. A retried admission of the same run (its
@@ -224,8 +227,10 @@ class Solver:
     def _may_hedge(self) -> bool:
         """Whether a late call may be hedged now: no prompt of this solver waits for
         admission (hedges aside: they would take capacity a waiting prompt needs), and
-        new calls may still start."""
-        return self.admitter.waiting <= self.hedges_waiting and self._left() > 0
+        the hedge deadline is ahead (past the deadline for new calls, the rescue of calls
+        in flight goes on: a drain's start in the worker waits for them)."""
+        return (self.admitter.waiting <= self.hedges_waiting
+                and self.hedge_deadline > time.time())
 
     async def _hedge(self, item: SolveItem, request: AdmitRequest, models: tuple[str, ...],
                      late_model: str, sent: list[str]) -> tuple[CallResult, str] | None:
@@ -238,7 +243,8 @@ class Solver:
                         request_id=f"{request.request_id}:hedge", hedges_late=False)
         self.hedges_waiting += 1
         try:
-            lease = await self.admitter.admit(hedge, max(0.0, self._left()))
+            lease = await self.admitter.admit(hedge,
+                                              max(0.0, self.hedge_deadline - time.time()))
         except ImpossibleRequestError:
             return None
         finally:
@@ -306,16 +312,22 @@ async def solving(
     backend: BackendConfig,
     settings: SolveSettings,
     deadline: float,
+    hedge_deadline: float | None = None,
 ) -> AsyncIterator[Solver]:
     """A solver and its helpers (batched admission, lease heartbeats, send stamps,
     progress log) for as long as the block runs; ``solver.solve(item)`` solves one prompt.
 
     :param deadline: epoch seconds after which no new call is started; prompts not yet
-        admitted come back ``unfinished`` (a drain's tasks return to the backlog)."""
+        admitted come back ``unfinished`` (a drain's tasks return to the backlog).
+    :param hedge_deadline: epoch seconds until which a late call already in flight may
+        still be hedged (its hedge admitted and sent); None: ``deadline``. A drain that
+        hands over to another past ``deadline`` (the operator's start in the worker)
+        rescues its stragglers until the task's own deadline."""
     progress = Progress(total=0)
     outage = RedisOutage(settings.redis_outage_s, deadline=deadline)
     async with BatchAdmitter(router, outage) as admitter:
-        solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage)
+        solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage,
+                        hedge_deadline)
         helpers = [asyncio.create_task(keep_alive(router, progress), name="heartbeats"),
                    asyncio.create_task(report(router, progress, settings.progress_every_s),
                                        name="progress")]

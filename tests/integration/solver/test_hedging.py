@@ -296,3 +296,35 @@ async def test_a_call_admitted_cold_is_hedged_once_its_model_has_a_late_point(
     assert result.answer == "from quick" and result.hedged and result.calls == 2, result
     assert backend.calls == {"sticky": 1, "quick": 1}
 
+
+async def test_a_late_call_is_hedged_past_the_deadline_for_new_calls(
+        namespace: str, redis_url: str) -> None:
+    """A drain's start in the worker stops claiming and starting calls at its deadline,
+    then waits for its calls in flight: a straggler among them is still hedged, until
+    the hedge deadline (the task's). Here the deadline passes while sticky's call is
+    held, before it is late (0.4 s); it is hedged on quick all the same."""
+    backend = Sticky()
+    router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    try:
+        for model in ("sticky", "quick"):
+            await router.set_quota(model, QUICK)
+        with serve(backend.answer, backend.hold) as server:
+            config = BackendConfig(base_url=server.url, timeout_s=LIMIT_S * 2)
+            task_deadline = time.time() + LIMIT_S * 2
+            async with (await http_client(config, 16) as http,
+                        solving(router, http, config, SolveSettings(max_in_flight=10),
+                                task_deadline, hedge_deadline=task_deadline) as solver):
+                work = asyncio.create_task(solve_items(solver, [_item("1", "sticky", "quick")]))
+                await asyncio.to_thread(backend.held.acquire)
+                solver.deadline = time.time()  # no new call from now on
+                until = time.monotonic() + 10.0
+                while (await router.stats()).models["quick"].counters["completed"] < 1 \
+                        and time.monotonic() < until:
+                    await asyncio.sleep(0.02)  # the hedge's answer is in and settled
+                backend.let_go()
+                (result,) = await asyncio.wait_for(work, LIMIT_S)
+    finally:
+        backend.let_go()
+        await router.aclose()
+    assert result.answer == "from quick" and result.hedged and result.calls == 2, result
+    assert backend.calls == {"sticky": 1, "quick": 1}
