@@ -260,6 +260,14 @@ class RouterAPI:
         return self.core.report_backlog(source, tasks, ttl_s)
 
     @operation
+    def late_after_s(self, model: str) -> Steps[float | None]:
+        """When a call on ``model`` is late, in seconds after its admission (the figure
+        an admission on it returns now as ``Admission.late_after_s``); None while nothing
+        is known of its latency. One read, no script: a caller whose call was admitted
+        before the model's latency was known learns it here (solver/hedging.py)."""
+        return self.core.late_after_s(model)
+
+    @operation
     def stats(self, models: Sequence[str] | None = None) -> Steps[RouterStats]:
         """Current window usage, in-flight calls, health and counters per model."""
         return self._reading(self.core.stats(models))

@@ -164,6 +164,13 @@ class RouterCore:
         raw = yield Command(("HGET", self.keys.router("K_QUOTAS"), model))
         return None if raw is None else ModelQuota.from_redis(raw)
 
+    def late_after_s(self, model: str) -> Step[float | None]:
+        # the late point the engine keeps per model (K_LATE, lib/speed.lua), the figure
+        # an admission on it returns
+        raw = yield Command(("ZSCORE", self.keys.router("K_LATE"), model))
+        late = None if raw is None else float(raw)
+        return late / 1000 if late is not None and math.isfinite(late) else None
+
     def delete_quota(self, model: str) -> Step[bool]:
         deleted = yield Script("delete_quota", (model,), models=(model,))
         return bool(deleted)

@@ -97,7 +97,10 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
         if settings.start_in_flight is not None:
             n = settings.start_in_flight or self._advised_in_flight(settings, backlog)
             settings = settings.model_copy(update={"max_in_flight": n})
-        head = self._trigger(context, settings, until, state, until_empty=True)
+        # past `until` it claims nothing and starts no prompt's call, but a straggler in
+        # flight may still be hedged until the task's deadline
+        head = self._trigger(context, settings, until, state, until_empty=True,
+                             hedge_deadline=deadline)
         event = asyncio.run(first_event(head))
         if event_status(event) == "error":
             raise AirflowException(f"draining failed: {event.get('error')}")
@@ -122,7 +125,8 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
         return max(settings.max_in_flight, advised)
 
     def _trigger(self, context: Context, settings: DrainSettings, deadline: float,
-                 state: dict[str, Any], *, until_empty: bool = False) -> DrainTrigger:
+                 state: dict[str, Any], *, until_empty: bool = False,
+                 hedge_deadline: float | None = None) -> DrainTrigger:
         """The drain, as a trigger; it takes back the live claims of this task's earlier
         tries (a try that crashed could not hand them back)."""
         from airflow_llm_router.triggers.solve import DrainTrigger  # see operators.base
@@ -139,6 +143,7 @@ class SolveTaskOperator(SolvingOperator[DrainSettings]):
             state=state,
             earlier_workers=[_worker_id(context, n) for n in range(1, int(ti.try_number))],
             until_empty=until_empty,
+            hedge_deadline=hedge_deadline,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:

@@ -39,7 +39,12 @@ from airflow_llm_router.engine import AsyncRouterClient, Completion
 from airflow_llm_router.engine.types import Admission, AdmitRequest
 from airflow_llm_router.exceptions import ImpossibleRequestError
 from airflow_llm_router.solver.admitter import BatchAdmitter
-from airflow_llm_router.solver.hedging import HedgeTargets, first_answer, late_and_idle
+from airflow_llm_router.solver.hedging import (
+    HedgeTargets,
+    LatePoints,
+    first_answer,
+    late_and_idle,
+)
 from airflow_llm_router.solver.items import SolveItem, SolveResult
 from airflow_llm_router.solver.outage import RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
@@ -58,9 +63,12 @@ class Solver:
 
     def __init__(self, router: AsyncRouterClient, http: BackendHttp,
                  backend: BackendConfig, settings: SolveSettings, deadline: float,
-                 admitter: BatchAdmitter, progress: Progress, outage: RedisOutage) -> None:
+                 admitter: BatchAdmitter, progress: Progress, outage: RedisOutage,
+                 hedge_deadline: float | None = None) -> None:
         self.router, self.http, self.backend = router, http, backend
         self.settings, self.deadline = settings, deadline
+        #: until when a late call already in flight may be hedged (epoch s; see solving)
+        self.hedge_deadline = max(deadline, hedge_deadline or deadline)
         self.admitter, self.progress = admitter, progress
         self.outage = outage
         #: This run's mark in every request id. A retried admission of the same run (its
@@ -82,6 +90,7 @@ class Solver:
         #: calls that lost a hedge's race, running on to their end (see _call_or_hedge)
         self.stragglers: set[asyncio.Task[Any]] = set()
         self.hedge_targets = HedgeTargets(router)
+        self.late_points = LatePoints(router)
         #: the backend's protocol: whether prompts can share a ``/batch``, which call
         #: options it can send
         self.wire = protocol_named(backend.protocol)
@@ -144,6 +153,7 @@ class Solver:
                 return SolveResult(item.key, "unfinished", calls=calls, rate_limited=limited,
                                    error=last.error if last else None)
             metrics.admitted(lease.model, time.monotonic() - asked)
+            self.late_points.note(lease.model, lease.late_after_s)
             calls += 1
             last, model, hedges = await self._call_or_hedge(item, request, lease)
             calls += hedges
@@ -177,20 +187,24 @@ class Solver:
     async def _call_or_hedge(self, item: SolveItem, request: AdmitRequest,
                              lease: Admission) -> tuple[CallResult, str, int]:
         """Call ``lease``'s model. If the call runs late (past the admission's
-        ``late_after_s``) while none of this solver's prompts waits for admission, send the
+        ``late_after_s``, or its model's late point learned since, when the admission had
+        none) while none of this solver's prompts waits for admission, send the
         prompt to another allowed model as well and keep the first answer. The other call
         runs on to its end (its answer dropped, its lease settled as any call's): the
         provider counts it in flight until then, so its slot must not free sooner. Why:
         near the end of a backlog the last straggler ends the whole run, and by then
         capacity is idle; a second call costs one call. Returns the result kept, its model
         and the extra calls made (0 or 1). See :mod:`airflow_llm_router.solver.hedging`."""
-        late = lease.late_after_s
-        if not self.settings.hedge_late_calls or late is None:
+        if not self.settings.hedge_late_calls:
             return await self._call(item, lease.model, lease.lease_id), lease.model, 0
         first = asyncio.create_task(self._call(item, lease.model, lease.lease_id),
                                     name="llm-router-call")
         try:
-            if not await late_and_idle(first, late, self._may_hedge):
+            # admitted while nothing was known of its model's latency (None), the call
+            # learns its late point once the model has one
+            if not await late_and_idle(first, lease.late_after_s,
+                                       lambda: self.late_points.learn(lease.model),
+                                       self._may_hedge):
                 return await first, lease.model, 0
             others = await self.hedge_targets.others(item.models, lease.model)
             if not others:
@@ -213,8 +227,10 @@ class Solver:
     def _may_hedge(self) -> bool:
         """Whether a late call may be hedged now: no prompt of this solver waits for
         admission (hedges aside: they would take capacity a waiting prompt needs), and
-        new calls may still start."""
-        return self.admitter.waiting <= self.hedges_waiting and self._left() > 0
+        the hedge deadline is ahead (past the deadline for new calls, the rescue of calls
+        in flight goes on: a drain's start in the worker waits for them)."""
+        return (self.admitter.waiting <= self.hedges_waiting
+                and self.hedge_deadline > time.time())
 
     async def _hedge(self, item: SolveItem, request: AdmitRequest, models: tuple[str, ...],
                      late_model: str, sent: list[str]) -> tuple[CallResult, str] | None:
@@ -227,7 +243,8 @@ class Solver:
                         request_id=f"{request.request_id}:hedge", hedges_late=False)
         self.hedges_waiting += 1
         try:
-            lease = await self.admitter.admit(hedge, max(0.0, self._left()))
+            lease = await self.admitter.admit(hedge,
+                                              max(0.0, self.hedge_deadline - time.time()))
         except ImpossibleRequestError:
             return None
         finally:
@@ -235,6 +252,7 @@ class Solver:
         if lease is None:
             return None
         sent.append(lease.model)
+        self.late_points.note(lease.model, lease.late_after_s)
         self.progress.hedged += 1
         metrics.hedged(late_model)
         log.debug("prompt %s: call on %s late; hedged on %s", item.key, late_model,
@@ -294,16 +312,22 @@ async def solving(
     backend: BackendConfig,
     settings: SolveSettings,
     deadline: float,
+    hedge_deadline: float | None = None,
 ) -> AsyncIterator[Solver]:
     """A solver and its helpers (batched admission, lease heartbeats, send stamps,
     progress log) for as long as the block runs; ``solver.solve(item)`` solves one prompt.
 
     :param deadline: epoch seconds after which no new call is started; prompts not yet
-        admitted come back ``unfinished`` (a drain's tasks return to the backlog)."""
+        admitted come back ``unfinished`` (a drain's tasks return to the backlog).
+    :param hedge_deadline: epoch seconds until which a late call already in flight may
+        still be hedged (its hedge admitted and sent); None: ``deadline``. A drain that
+        hands over to another past ``deadline`` (the operator's start in the worker)
+        rescues its stragglers until the task's own deadline."""
     progress = Progress(total=0)
     outage = RedisOutage(settings.redis_outage_s, deadline=deadline)
     async with BatchAdmitter(router, outage) as admitter:
-        solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage)
+        solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage,
+                        hedge_deadline)
         helpers = [asyncio.create_task(keep_alive(router, progress), name="heartbeats"),
                    asyncio.create_task(report(router, progress, settings.progress_every_s),
                                        name="progress")]

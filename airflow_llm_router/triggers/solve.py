@@ -47,6 +47,8 @@ class _SolvingTrigger(RouterTrigger):
         self.backend_conn_id = backend_conn_id
         self.deadline = deadline
         self.state = state or {}
+        #: until when late calls in flight may be hedged (None: the deadline)
+        self.hedge_deadline: float | None = None
 
     def _settings(self) -> SolveSettings:
         return self.settings_class.model_validate(self.settings)
@@ -75,7 +77,8 @@ class _SolvingTrigger(RouterTrigger):
         try:
             backend = await ModelsBackendHook(self.backend_conn_id).aget_config()
             async with await http_client(backend, settings.max_in_flight) as http, \
-                    solving(router, http, backend, settings, self.deadline) as solver:
+                    solving(router, http, backend, settings, self.deadline,
+                            self.hedge_deadline) as solver:
                 yield solver
         except NOT_AN_OUTAGE as err:
             raise ConnectionConfigError(
@@ -129,6 +132,9 @@ class DrainTrigger(_SolvingTrigger):
     :param until_empty: end as soon as the backlog is empty and nothing is in progress:
         no waiting for others' claims, no lingering (the operator's start in the worker,
         which hands the rest to a trigger).
+    :param hedge_deadline: epoch seconds until which a late call already in flight may
+        still be hedged, past ``deadline`` (None: ``deadline``): a start in the worker
+        stops claiming at its own deadline but rescues its stragglers until the task's.
     """
 
     settings_class = DrainSettings
@@ -136,7 +142,8 @@ class DrainTrigger(_SolvingTrigger):
     def __init__(self, *, store: dict[str, str], worker_id: str, settings: dict[str, Any],
                  router_conn_id: str, backend_conn_id: str, deadline: float,
                  state: dict[str, Any] | None = None,
-                 earlier_workers: list[str] | None = None, until_empty: bool = False) -> None:
+                 earlier_workers: list[str] | None = None, until_empty: bool = False,
+                 hedge_deadline: float | None = None) -> None:
         super().__init__(settings=settings, router_conn_id=router_conn_id,
                          backend_conn_id=backend_conn_id, deadline=deadline, state=state)
         missing = {"postgres_conn_id", "schema", "table"} - set(store)
@@ -147,6 +154,7 @@ class DrainTrigger(_SolvingTrigger):
         self.worker_id = worker_id
         self.earlier_workers = list(earlier_workers or [])
         self.until_empty = until_empty
+        self.hedge_deadline = hedge_deadline
 
     def _settings(self) -> DrainSettings:
         return DrainSettings.model_validate(self.settings)

@@ -71,3 +71,20 @@ def test_an_abandoned_call_frees_its_slot_and_says_nothing_of_the_model(
     assert m.latency_ms == 2000
     # and the model still admits (the breaker never opened)
     assert _lease(router, "m").model == "m"
+
+
+def test_a_model_s_late_point_can_be_read_without_an_admission(router: RouterClient) -> None:
+    """A caller whose call was admitted before anything was known of its model's latency
+    reads the late point later (solver/hedging.py ``LatePoints``): the figure an
+    admission on the model returns then."""
+    router.set_quota("prior", {**ROOMY, "expected_latency_s": 2.0})
+    router.set_quota("cold", ROOMY)
+    assert router.late_after_s("prior") == 3.0 == _lease(router, "prior").late_after_s
+    cold = _lease(router, "cold")
+    assert cold.late_after_s is None and router.late_after_s("cold") is None
+    router.complete(cold.lease_id, 3, 4, latency_s=0.8)  # learned: 0.8 s, deviation floor
+    late = router.late_after_s("cold")
+    assert late is not None and late == pytest.approx(_lease(router, "cold").late_after_s,
+                                                      abs=0.001)
+    assert 0.8 < late < 2.0
+    assert router.late_after_s("no-such-model") is None

@@ -255,3 +255,76 @@ async def test_a_solver_that_hedges_tells_the_engine_so(namespace: str,
                                                 False)
     assert hedged.status == "solved" and hedged.model == "slow", hedged
     assert waited.status == "solved" and waited.model == "fast", waited
+
+
+#: a model with no prior latency: its first admissions give no late point
+COLD = {"rpm": 1000, "tpm": 10**7, "max_concurrency": 100}
+
+
+async def test_a_call_admitted_cold_is_hedged_once_its_model_has_a_late_point(
+        namespace: str, redis_url: str) -> None:
+    """Nothing is known of "sticky"'s latency when the prompt's call on it is admitted
+    (no late point). Another caller's call on sticky then answers in 50 ms and the engine
+    learns the model's latency: the held call learns its late point from the engine and,
+    nothing waiting, is hedged on "quick". Without that it is waited for to its end (the
+    test lets it go once quick has answered, or after 10 s)."""
+    backend = Sticky()
+    late: list[float | None] = []
+
+    async def teach_then_let_go(router: AsyncRouterClient) -> None:
+        await asyncio.to_thread(backend.held.acquire)
+        late.append(await router.late_after_s("sticky"))  # the held call's admission's
+        lease = await router.admit(10, models=["sticky"])
+        assert isinstance(lease, Admission) and lease.late_after_s is None, lease
+        await router.complete(lease.lease_id, 3, 4, latency_s=0.05)
+        late.append(await router.late_after_s("sticky"))
+        until = time.monotonic() + 10.0
+        while (await router.stats()).models["quick"].counters["completed"] < 1 \
+                and time.monotonic() < until:
+            await asyncio.sleep(0.02)  # the hedge's answer is in and settled
+        backend.let_go()
+
+    try:
+        with serve(backend.answer, backend.hold) as server:
+            (result,), _ = await _solve(namespace, redis_url, server.url,
+                                        [_item("1", "sticky", "quick")],
+                                        {"sticky": COLD, "quick": COLD},
+                                        during=teach_then_let_go)
+    finally:
+        backend.let_go()
+    assert late[0] is None and late[1] is not None and late[1] < 1.0, late
+    assert result.answer == "from quick" and result.hedged and result.calls == 2, result
+    assert backend.calls == {"sticky": 1, "quick": 1}
+
+
+async def test_a_late_call_is_hedged_past_the_deadline_for_new_calls(
+        namespace: str, redis_url: str) -> None:
+    """A drain's start in the worker stops claiming and starting calls at its deadline,
+    then waits for its calls in flight: a straggler among them is still hedged, until
+    the hedge deadline (the task's). Here the deadline passes while sticky's call is
+    held, before it is late (0.4 s); it is hedged on quick all the same."""
+    backend = Sticky()
+    router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
+    try:
+        for model in ("sticky", "quick"):
+            await router.set_quota(model, QUICK)
+        with serve(backend.answer, backend.hold) as server:
+            config = BackendConfig(base_url=server.url, timeout_s=LIMIT_S * 2)
+            task_deadline = time.time() + LIMIT_S * 2
+            async with (await http_client(config, 16) as http,
+                        solving(router, http, config, SolveSettings(max_in_flight=10),
+                                task_deadline, hedge_deadline=task_deadline) as solver):
+                work = asyncio.create_task(solve_items(solver, [_item("1", "sticky", "quick")]))
+                await asyncio.to_thread(backend.held.acquire)
+                solver.deadline = time.time()  # no new call from now on
+                until = time.monotonic() + 10.0
+                while (await router.stats()).models["quick"].counters["completed"] < 1 \
+                        and time.monotonic() < until:
+                    await asyncio.sleep(0.02)  # the hedge's answer is in and settled
+                backend.let_go()
+                (result,) = await asyncio.wait_for(work, LIMIT_S)
+    finally:
+        backend.let_go()
+        await router.aclose()
+    assert result.answer == "from quick" and result.hedged and result.calls == 2, result
+    assert backend.calls == {"sticky": 1, "quick": 1}

@@ -23,7 +23,7 @@ TRIGGERS: list[SerializedArguments] = [
     DrainTrigger(store={"postgres_conn_id": "pg", "schema": "s", "table": "t"},
                  worker_id="w", router_conn_id="r", backend_conn_id="b", deadline=1.5,
                  settings={"claim_batch": 9, "linger_s": 2.5}, state={"started": 1.0},
-                 until_empty=True),
+                 until_empty=True, hedge_deadline=2.5),
     BacklogArrivalTrigger(postgres_conn_id="pg", schema="s", table="t", min_interval_s=3,
                           poll_interval_s=7, backlog_cap=9),
     BackpressureTrigger(router_conn_id="r", postgres_conn_id="pg", schema="s", table="t",
