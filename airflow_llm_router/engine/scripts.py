@@ -21,6 +21,7 @@ loaded 32 it never calls, ~15 % of an empty call).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import cache
 from importlib import resources
 
@@ -79,7 +80,35 @@ def _prune(text: str) -> str:
     it names (outside comments and strings), repeatedly: what a script never calls."""
     lines = text.split("\n")
     code = [_COMMENT.sub("", _STRING.sub("''", line)) for line in lines]
-    spans: list[tuple[str, int, int]] = []  # (name, first line, last line)
+    spans = _functions(lines, code)
+    names = {name for name, _, _ in spans}
+    # how often each function's name appears on each line; a forward declaration names a
+    # function without using it
+    occurs = [_named(line, names) for line in code]
+    calls = Counter[str]()
+    for k, counted in enumerate(occurs):
+        if not _FORWARD.match(code[k]):
+            calls.update(counted)
+    dropped: set[int] = set()
+    changed = True
+    while changed:  # dropping a function can leave the ones only it called unused
+        changed = False
+        for name, first, last in spans:
+            inside = sum(occurs[k][name] for k in range(first, last + 1))
+            if first in dropped or calls[name] != inside:
+                continue
+            changed = True
+            for k in range(first, last + 1):
+                dropped.add(k)
+                if not _FORWARD.match(code[k]):
+                    calls.subtract(occurs[k])
+    return "\n".join(line for k, line in enumerate(lines) if k not in dropped)
+
+
+def _functions(lines: list[str], code: list[str]) -> list[tuple[str, int, int]]:
+    """The functions defined at the start of a line: (name, first line, last line);
+    ``code`` is ``lines`` without comments and strings."""
+    spans: list[tuple[str, int, int]] = []
     depth, open_at = 0, None
     for k, line in enumerate(code):
         found = _DEFINED.match(lines[k]) if open_at is None else None
@@ -92,19 +121,25 @@ def _prune(text: str) -> str:
             open_at = None
     if depth != 0 or open_at is not None:
         raise ValueError("unbalanced Lua blocks: the scripts cannot be assembled")
-    dropped: set[int] = set()
-    while True:
-        kept = len(dropped)
-        used = "\n".join(c for k, c in enumerate(code)
-                         if k not in dropped and not _FORWARD.match(c))
-        for name, first, last in spans:
-            if first in dropped:
-                continue
-            use = re.compile(r"(?<![\w.])" + re.escape(name) + r"(?!\w)")
-            if len(use.findall(used)) == len(use.findall("\n".join(code[first:last + 1]))):
-                dropped.update(range(first, last + 1))
-        if len(dropped) == kept:
-            return "\n".join(line for k, line in enumerate(lines) if k not in dropped)
+    return spans
+
+
+#: A name as Lua code uses it: an identifier, or a table's fields after it (``SPEED.at``);
+#: not part of another name or field.
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _named(line: str, names: set[str]) -> Counter[str]:
+    """How often each of ``names`` is named on ``line``: ``SPEED.at.x`` names ``SPEED``,
+    ``SPEED.at`` and ``SPEED.at.x``."""
+    found = Counter[str]()
+    for token in _NAME.findall(line):
+        parts = token.split(".")
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            if prefix in names:
+                found[prefix] += 1
+    return found
 
 
 _KEY_CALL = re.compile(r"\b(" + "|".join(MODEL_KEYS) + r")\(")
