@@ -12,18 +12,17 @@ module; the loops that run beside them (heartbeats, progress, stopping) are in
 :mod:`airflow_llm_router.solver.upkeep`, the hedge's waits and targets in
 :mod:`~airflow_llm_router.solver.hedging`, batched sends in
 :mod:`~airflow_llm_router.solver.sending` and settling a lease (what a call's result tells
-the engine, and the fallback to a bare outcome) in :mod:`~airflow_llm_router.solver.settling`.
+the engine, and the fallback to a bare outcome) in :mod:`~airflow_llm_router.solver.settling`;
+a solver's lifetime with those loops (``solving``) in :mod:`~airflow_llm_router.solver.session`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -50,16 +49,16 @@ from airflow_llm_router.solver.outage import RedisOutage
 from airflow_llm_router.solver.sending import MicroBatcher, SendStamps
 from airflow_llm_router.solver.settings import SolveSettings
 from airflow_llm_router.solver.settling import outcome_of, settle, settlement
-from airflow_llm_router.solver.upkeep import Progress, keep_alive, report, stop_helpers
+from airflow_llm_router.solver.upkeep import Progress
 from airflow_llm_router.tokens import count_input_tokens
 
-__all__ = ["Solver", "outcome_of", "settlement", "solve_items", "solving"]
+__all__ = ["Solver", "outcome_of", "settlement"]
 
 log = logging.getLogger(__name__)
 
 
 class Solver:
-    """Solves prompts one by one, many at once; see :func:`solving`."""
+    """Solves prompts one by one, many at once; see :func:`~.session.solving`."""
 
     def __init__(self, router: AsyncRouterClient, http: BackendHttp,
                  backend: BackendConfig, settings: SolveSettings, deadline: float,
@@ -67,7 +66,7 @@ class Solver:
                  hedge_deadline: float | None = None) -> None:
         self.router, self.http, self.backend = router, http, backend
         self.settings, self.deadline = settings, deadline
-        #: until when a late call already in flight may be hedged (epoch s; see solving)
+        #: until when a late call already in flight may be hedged (epoch s; see session.solving)
         self.hedge_deadline = max(deadline, hedge_deadline or deadline)
         self.admitter, self.progress = admitter, progress
         self.outage = outage
@@ -303,54 +302,3 @@ class Solver:
     async def _settle(self, done: Completion) -> None:
         """Settle one lease; never raises (see :func:`settle`)."""
         await settle(self.router, self.outage, done)
-
-
-@contextlib.asynccontextmanager
-async def solving(
-    router: AsyncRouterClient,
-    http: BackendHttp,
-    backend: BackendConfig,
-    settings: SolveSettings,
-    deadline: float,
-    hedge_deadline: float | None = None,
-) -> AsyncIterator[Solver]:
-    """A solver and its helpers (batched admission, lease heartbeats, send stamps,
-    progress log) for as long as the block runs; ``solver.solve(item)`` solves one prompt.
-
-    :param deadline: epoch seconds after which no new call is started; prompts not yet
-        admitted come back ``unfinished`` (a drain's tasks return to the backlog).
-    :param hedge_deadline: epoch seconds until which a late call already in flight may
-        still be hedged (its hedge admitted and sent); None: ``deadline``. A drain that
-        hands over to another past ``deadline`` (the operator's start in the worker)
-        rescues its stragglers until the task's own deadline."""
-    progress = Progress(total=0)
-    outage = RedisOutage(settings.redis_outage_s, deadline=deadline)
-    async with BatchAdmitter(router, outage) as admitter:
-        solver = Solver(router, http, backend, settings, deadline, admitter, progress, outage,
-                        hedge_deadline)
-        helpers = [asyncio.create_task(keep_alive(router, progress), name="heartbeats"),
-                   asyncio.create_task(report(router, progress, settings.progress_every_s),
-                                       name="progress")]
-        for task in helpers:
-            solver.watch_helper(task)
-        try:
-            yield solver
-        finally:
-            # calls that lost a hedge's race and still run: their answers are not needed;
-            # their leases are left to expire (the provider may still count them)
-            for task in list(solver.stragglers):
-                task.cancel()
-            await stop_helpers(helpers)
-            await solver.batcher.aclose()
-            await solver.stamps.aclose()
-            if solver.settling:  # answered calls' leases: settle them before closing
-                await asyncio.gather(*list(solver.settling), return_exceptions=True)
-    log.info("solving: %d prompts done: %d solved, %d late calls hedged, %d admission "
-             "round trips", progress.done, progress.solved, progress.hedged,
-             admitter.round_trips)
-
-
-async def solve_items(solver: Solver, items: Sequence[SolveItem]) -> list[SolveResult]:
-    """Solve every item with ``solver``; results come back in the items' order."""
-    solver.progress.total += len(items)
-    return list(await asyncio.gather(*(solver.solve(item) for item in items)))

@@ -19,7 +19,8 @@ from airflow_llm_router.hooks.router import RouterHook
 from airflow_llm_router.solver.drain import DrainState, drain_store
 from airflow_llm_router.solver.items import SolveItem
 from airflow_llm_router.solver.outage import NOT_AN_OUTAGE
-from airflow_llm_router.solver.runner import Solver, solve_items, solving
+from airflow_llm_router.solver.runner import Solver
+from airflow_llm_router.solver.session import solve_items, solving
 from airflow_llm_router.solver.settings import DrainSettings, SolveSettings, parse_settings
 from airflow_llm_router.store import TaskStore
 from airflow_llm_router.triggers.base import RouterTrigger

@@ -24,7 +24,7 @@ from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
 from airflow_llm_router.solver.items import SolveItem, SolveResult
-from airflow_llm_router.solver.runner import solve_items, solving
+from airflow_llm_router.solver.session import solve_items, solving
 from airflow_llm_router.solver.settings import SolveSettings
 from tests.integration.solver.stub_backend import Reply, serve
 

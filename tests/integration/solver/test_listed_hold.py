@@ -19,7 +19,7 @@ from airflow_llm_router.backend import BackendConfig, http_client
 from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.engine.types import RouterSettings
 from airflow_llm_router.solver.items import SolveItem
-from airflow_llm_router.solver.runner import solve_items, solving
+from airflow_llm_router.solver.session import solve_items, solving
 from airflow_llm_router.solver.settings import SolveSettings
 from tests.integration.solver.stub_backend import serve
 from tests.integration.solver.test_hedging import Sticky

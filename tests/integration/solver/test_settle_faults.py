@@ -23,9 +23,9 @@ from airflow_llm_router.engine import AsyncRouterClient
 from airflow_llm_router.engine.keys import RouterKeys
 from airflow_llm_router.engine.stats import RouterStats
 from airflow_llm_router.engine.types import Admission, AdmitRequest, RouterSettings
-from airflow_llm_router.solver import runner, upkeep
+from airflow_llm_router.solver import session, upkeep
 from airflow_llm_router.solver.items import SolveItem, SolveResult
-from airflow_llm_router.solver.runner import solve_items, solving
+from airflow_llm_router.solver.session import solve_items, solving
 from airflow_llm_router.solver.settings import SolveSettings
 from airflow_llm_router.solver.upkeep import Progress, keep_alive
 from airflow_llm_router.tokens import count_input_tokens
@@ -200,7 +200,7 @@ async def test_a_helper_loop_that_ignores_its_cancellation_does_not_hold_the_sol
                 continue  # what the call beneath it did
 
     caplog.set_level(logging.WARNING)
-    monkeypatch.setattr(runner, "report", stubborn)
+    monkeypatch.setattr(session, "report", stubborn)
     monkeypatch.setattr(upkeep, "HELPER_STOP_S", 0.5)
     router = AsyncRouterClient.from_url(redis_url, RouterSettings(namespace=namespace))
     config = BackendConfig(base_url="http://127.0.0.1:9", timeout_s=1)
