@@ -332,9 +332,19 @@ class LocalSentinel(_Servers):
         with redis.Redis(port=self.replica.port) as replica:
             wait_until(lambda: replica.info("replication").get("master_link_status") == "up",
                   "the replica's link to its master")
+        wait_until(self.replica_promotable, "the sentinel's link to the replica")
+
+    def replica_promotable(self) -> bool:
+        """Whether the sentinel would promote a replica now: it is linked to one that has
+        answered its INFO and PING lately (Sentinel's own choice; a replica it has only
+        read of in the master's INFO fails ``SENTINEL FAILOVER`` with NOGOODSLAVE)."""
+        assert self.sentinel is not None
         with redis.Redis(port=self.sentinel.port) as sentinel:
-            wait_until(lambda: int(sentinel.sentinel_master(name)["num-slaves"]) >= 1,
-                  "the sentinel's finding the replica")
+            replicas = sentinel.sentinel_slaves(self.master_name)
+        return any(not r["is_disconnected"] and not r["is_sdown"] and not r["is_odown"]
+                   and r.get("role-reported") == "slave"
+                   and int(r["info-refresh"]) < 20_000 and int(r["last-ok-ping-reply"]) < 4_000
+                   for r in replicas)
 
     def master_port(self) -> int:
         """The port of the master the sentinel names now."""
@@ -350,6 +360,7 @@ class LocalSentinel(_Servers):
         clients connected to it, which its demotion discards)."""
         assert self.sentinel is not None and self.replica is not None
         old = self.master_port()
+        wait_until(self.replica_promotable, "a replica the sentinel would promote")
         with redis.Redis(port=self.sentinel.port) as sentinel:
             sentinel.sentinel_failover(self.master_name)
         wait_until(lambda: self.master_port() != old, "the failover")
