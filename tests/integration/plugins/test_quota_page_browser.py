@@ -34,7 +34,10 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
                 "chromium-driver)", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import WebDriverException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -65,10 +68,14 @@ def browser() -> Iterator[WebDriver]:
 def wait(driver: WebDriver, what: str, condition: Any) -> Any:
     """Wait until ``condition`` holds. A look that lands while the page is navigating (the
     UI's own redirect, e.g. to the login form: "aborted by navigation") counts as "not yet"
-    and is looked at again on the new page; any other error is raised."""
+    and is looked at again on the new page, as does an element the page replaced between
+    finding it and reading it (the page re-renders its tables on each refresh: "stale
+    element"); any other error is raised."""
     def polled(d: WebDriver) -> Any:
         try:
             return condition(d)
+        except StaleElementReferenceException:
+            return False
         except WebDriverException as err:
             if "aborted by navigation" in str(err):
                 return False
