@@ -89,13 +89,16 @@ def _prune(text: str) -> str:
     for k, counted in enumerate(occurs):
         if not _FORWARD.match(code[k]):
             calls.update(counted)
+    # the mentions of each function's name in its own lines (its definition, recursion):
+    # unused once no others are left
+    inside = [sum(occurs[k][name] for k in range(first, last + 1))
+              for name, first, last in spans]
     dropped: set[int] = set()
     changed = True
     while changed:  # dropping a function can leave the ones only it called unused
         changed = False
-        for name, first, last in spans:
-            inside = sum(occurs[k][name] for k in range(first, last + 1))
-            if first in dropped or calls[name] != inside:
+        for (name, first, last), own in zip(spans, inside, strict=True):
+            if first in dropped or calls[name] != own:
                 continue
             changed = True
             for k in range(first, last + 1):
