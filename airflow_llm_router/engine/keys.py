@@ -74,6 +74,10 @@ ROUTER_KEYS: dict[str, str] = {
     # ZSET model -> its fair-share finish tag (K_FAIR's, or the virtual time it rejoins
     #      at): the fair-share order of an any-model request, read from its head
     "K_FAIRQ": "fairq",
+    # ZSET model -> its likely latency, ms: the models parked out of K_FAIRQ, idle (their
+    #      tags below the virtual time) and of a slower group than the one a request read
+    #      the fair order for, so no request reads past them again (lib/anyorder.lua)
+    "K_PARK": "park",
 }
 
 #: Per-model keys: Lua function name -> key infix (the model name follows it).

@@ -228,7 +228,6 @@ for k, r in ipairs(reqs) do
   out[k] = decide({rid = r[1], hot = r[2] == 1, s = r[3], i = r[4], o = r[5],
                    ordered = r[6] == 1, ms = ms, k = kind, bw = r[9] == 1,
                    lead = tonumber(r[10]) or 0, hedge = r[11] == 1})
-  ANYORDER.flush()
 end
 for _, st in pairs(STATE) do model_flush(st) end
 for m, n in pairs(WAITED) do redis.call('HINCRBY', K_STATS, m .. '|waited', n) end
@@ -244,7 +243,6 @@ if ANYORDER.n > 0 then
   -- what other callers admit meanwhile (lib/anyorder.lua)
   local depth = math.min(256, 16 + 2 * ANYORDER.n + 2 * ANYORDER.depth)
   out[#out + 1] = {'H', unpack(ANYORDER.head(depth, ANYORDER.hedge))}
-  ANYORDER.flush()
 end
 if RELEASED then notify('*') end
 return out

@@ -11,6 +11,7 @@ redis.call('HDEL', K_FAIR, m)
 redis.call('ZREM', K_SPEED, m)  -- out of the any-model orders (lib/speed.lua)
 redis.call('ZREM', K_LATE, m)
 redis.call('ZREM', K_FAIRQ, '0' .. m, '1' .. m)
+redis.call('ZREM', K_PARK, m)
 -- a learned limit and guard go with it (what the guard held past the least any quota has,
 -- its window entries keep: lib/guard.lua); the window log lives as long as the longest guard
 guard_hold(m, guard_read(m, q) - GUARD)

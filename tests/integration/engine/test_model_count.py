@@ -8,6 +8,7 @@ On a private Redis, so the server's command counts are this test's alone."""
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -182,3 +183,35 @@ def _any_cost_batched(r: redis.Redis, client: RouterClient, hedges: bool) -> tup
             assert all(isinstance(d, Admission) for d in got)
         after = _calls(r)
     return max(n for _, n in seen), _scans(before, after)
+
+
+def test_slower_models_do_not_cost_an_admission_on_a_large_fast_group(
+        server: PrivateRedis) -> None:
+    # 100 models expected in 1 s (one group, larger than the engine reads whole: it is
+    # found in the fair order) and 900 in 5 s, never needed. Round after round the fair
+    # share moves its virtual time past the slow models' tags: a request must not walk
+    # past them again each round (it did: 2-3x the commands after five rounds, growing).
+    def make(name: str, slow: int) -> RouterClient:
+        client = RouterClient.from_url(server.url, RouterSettings(namespace=name))
+        for k in range(100):
+            client.set_quota(f"f{k:03}", {**HUGE, "expected_latency_s": 1.0})
+        for k in range(slow):
+            client.set_quota(f"a{k:03}", {**HUGE, "expected_latency_s": 5.0})
+        client.admit_many([AdmitRequest(100)])  # declares every model once; the head
+        return client
+
+    alone, beside = make("fastalone", 0), make("fastbeside", 900)
+    r = redis.Redis.from_url(server.url)
+    try:
+        for _ in range(8):  # eight rounds of the fair share over the fast group
+            alone_cmds, _, _ = _any_cost(r, alone, 100)
+            beside_cmds, _, scans = _any_cost(r, beside, 100)
+        assert scans == 0
+        assert beside_cmds <= 1.25 * alone_cmds, (alone_cmds, beside_cmds)
+        served = Counter(d.model for d in beside.admit_many(
+            [AdmitRequest(100) for _ in range(100)]) if isinstance(d, Admission))
+        assert set(served) == {f"f{k:03}" for k in range(100)}  # one each: a round
+    finally:
+        alone.close()
+        beside.close()
+        r.close()

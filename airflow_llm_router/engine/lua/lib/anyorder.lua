@@ -12,7 +12,7 @@
 -- group's lead is read (their number grows with the spread of the latencies, not with the
 -- number of models) and their late points (K_LATE), and a member's hedged latency is
 -- read with its likely latency.
--- ANYORDER: this library's functions (walk, head, flush) and what admit.lua counts of a
+-- ANYORDER: this library's functions (walk, head) and what admit.lua counts of a
 -- call's any-model requests (n: how many; depth: the deepest place in the order one of
 -- them reached, or went stale at: the head named in the reply reaches past it, so requests
 -- that pass full models find the head they need declared the next time).
@@ -27,15 +27,6 @@ local HGROUPS, FAST = nil, nil
 -- With no more models than a small group holds, the whole order by speed, read at once
 -- ({names, speeds}): the groups are then cut from it, not read one by one.
 local ALL = nil
--- Models of other groups met at or below the virtual time while a large group was
--- scanned: set aside, at it (their start tag, V, does not change), after the idle models
--- not set aside, so the next scan does not meet them again before the group's own. (Models
--- seldom used sit at the bottom of the fair order, below every model that takes work; and
--- the idle models of a group that takes work tie at V, in the order of their names: the
--- group's models not served yet in a round would come after every other group's models
--- that sort before them.)
-local ASIDE = {}
-
 local function num(x) return string.format('%.17g', x) end
 
 local function setup()
@@ -177,37 +168,92 @@ local function small_order(grp, lat, hedge)
   end
 end
 
--- A large group's members in fair order, found by reading the fair order from its head
--- and keeping the group's (a model's group: its likely latency within the group's range).
-local function big_order(grp, lat, hedge)
+-- The fair order of the models whose likely latency is within [lo, hi] (`every`: of every
+-- model), read from its head as the caller asks: {m, s: likely latency, late: late point
+-- when `hedge`} each. The models whose tag is at or below the virtual time V all start at
+-- V (a tie); the parked ones (K_PARK: idle, their tags below V, kept by likely latency)
+-- too: they come after the idle ones still in K_FAIRQ, then the models whose tag is past
+-- V, by tag. Unless `every`, an idle model out of the range met on the way is parked, so
+-- no later request walks past it again: its tag stays below V until an admission charges
+-- it (V never falls), which takes it back into K_FAIRQ (SPEED.fairq). Left in K_FAIRQ,
+-- the idle models of slower groups sat at the head of the fair order of a fast group that
+-- takes the work, and each request of it read past them (python -m bench.scale).
+local function fair_scan(lo, hi, hedge, every)
   local v = fair_load({}).v
-  local pos, buf, k, found, step = 0, {}, 0, 0, 4
-  return function()
-    while found < grp.g do
-      k = k + 1
-      if k > #buf then
-        local raw = redis.call('ZRANGE', K_FAIRQ, pos, pos + step - 1, 'WITHSCORES')
-        step = math.min(CHUNK, 2 * step)
-        if #raw == 0 then return nil end
-        local names = {}
-        for j = 1, #raw, 2 do names[#names + 1] = string.sub(raw[j], 2) end
-        local speeds = redis.call('ZMSCORE', K_SPEED, unpack(names))
-        local late = hedge and redis.call('ZMSCORE', K_LATE, unpack(names)) or {}
-        buf, k, pos = {}, 1, pos + #names
-        for j, m in ipairs(names) do
-          buf[j] = {m = m, tag = tonumber(raw[2 * j]), s = tonumber(speeds[j]),
-                    late = late[j], aside = string.sub(raw[2 * j - 1], 1, 1) == '1'}
-        end
-      end
-      local x = buf[k]
-      if x.s and x.s >= grp.L and x.s <= grp.B then
-        found = found + 1
-        lat[x.m] = judged(x.s, x.late, hedge)
-        return x.m
-      end
-      if x.tag < v or (x.tag == v and not x.aside) then ASIDE[x.m] = true end
+  local from, to = every and '-inf' or num(lo), every and '+inf' or num(hi)
+  local pos, step, ppos, idle = 0, 4, 0, true
+  local parking = true  -- the parked ones not all read yet
+  local buf, k = {}, 0
+  local function read_park()
+    local raw = redis.call('ZRANGEBYSCORE', K_PARK, from, to, 'WITHSCORES',
+                           'LIMIT', ppos, CHUNK)
+    if #raw == 0 then return false end
+    ppos = ppos + #raw / 2
+    local names = {}
+    for j = 1, #raw, 2 do names[#names + 1] = raw[j] end
+    local late = hedge and redis.call('ZMSCORE', K_LATE, unpack(names)) or {}
+    for j, m in ipairs(names) do
+      buf[#buf + 1] = {m = m, s = tonumber(raw[2 * j]), late = late[j]}
     end
-    return nil
+    return true
+  end
+  local function read_fairq()
+    local raw = redis.call('ZRANGE', K_FAIRQ, pos, pos + step - 1, 'WITHSCORES')
+    step = math.min(CHUNK, 2 * step)
+    if #raw == 0 then return false end
+    local names = {}
+    for j = 1, #raw, 2 do names[#names + 1] = string.sub(raw[j], 2) end
+    local speeds = every and {} or redis.call('ZMSCORE', K_SPEED, unpack(names))
+    local late = hedge and redis.call('ZMSCORE', K_LATE, unpack(names)) or {}
+    local gone, park = {}, {}
+    for j, m in ipairs(names) do
+      if idle and tonumber(raw[2 * j]) > v then
+        idle = false  -- the rest is read after the parked ones
+        return true
+      end
+      local s = tonumber(speeds[j])
+      if every or (s and s >= lo and s <= hi) then
+        buf[#buf + 1] = {m = m, s = s, late = late[j]}
+        pos = pos + 1
+      elseif idle and s then
+        gone[#gone + 1], park[#park + 1], park[#park + 2] = raw[2 * j - 1], speeds[j], m
+      else
+        pos = pos + 1
+      end
+    end
+    if #gone > 0 then
+      redis.call('ZREM', K_FAIRQ, unpack(gone))
+      redis.call('ZADD', K_PARK, unpack(park))
+    end
+    return true
+  end
+  return function()
+    while true do
+      k = k + 1
+      if buf[k] then return buf[k] end
+      buf, k = {}, 0
+      if idle then
+        if not read_fairq() then idle = false end  -- K_FAIRQ read to its end
+      elseif parking then
+        if not read_park() then parking = false end
+      elseif not read_fairq() then
+        return nil
+      end
+    end
+  end
+end
+
+-- A large group's members in fair order (a model's group: its likely latency within the
+-- group's range), from the fair order (fair_scan).
+local function big_order(grp, lat, hedge)
+  local scan, found = fair_scan(grp.L, grp.B, hedge, false), 0
+  return function()
+    if found >= grp.g then return nil end
+    local x = scan()
+    if not x then return nil end
+    found = found + 1
+    lat[x.m] = judged(x.s, x.late, hedge)
+    return x.m
   end
 end
 
@@ -219,14 +265,10 @@ end
 function ANYORDER.walk(hedge)
   setup()
   if ALONE then
-    local pos, buf, k = 0, {}, 0
+    local scan = fair_scan(nil, nil, false, true)
     return function()
-      k = k + 1
-      if k > #buf then
-        buf, k = redis.call('ZRANGE', K_FAIRQ, pos, pos + CHUNK - 1), 1
-        pos = pos + #buf
-      end
-      return buf[k] and string.sub(buf[k], 2)
+      local x = scan()
+      return x and x.m
     end, nil, nil, nil, N
   end
   local lat, group = {}, {}
@@ -271,16 +313,4 @@ function ANYORDER.head(depth, hedge)
   return head
 end
 
--- Set aside the models ASIDE holds, at the virtual time (see ASIDE).
-function ANYORDER.flush()
-  if not next(ASIDE) then return end
-  local v, drop, add = num(fair_load({}).v), {}, {}
-  for m in pairs(ASIDE) do
-    drop[#drop + 1] = '0' .. m
-    add[#add + 1], add[#add + 2] = v, '1' .. m
-  end
-  redis.call('ZREM', K_FAIRQ, unpack(drop))
-  redis.call('ZADD', K_FAIRQ, unpack(add))
-  ASIDE = {}
-end
 end  -- of what this library keeps to itself

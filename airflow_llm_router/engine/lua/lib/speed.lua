@@ -2,9 +2,11 @@
 -- than rebuilt by every request: K_SPEED holds each model's likely latency (ms, 'inf' when
 -- nothing is known of it: no estimate, no prior), updated when its estimate or its quota
 -- changes, and K_LATE its late point (the mean plus `late` mean deviations: when a caller
--- that hedges sends the call to a second model, lib/finish.lua); K_FAIRQ its fair-share finish tag (lib/fair.lua), updated by the admission that
--- charges it (each model once, as '0<model>', or '1<model>' once set aside:
--- lib/anyorder.lua). An any-model request then reads the head of these orders
+-- that hedges sends the call to a second model, lib/finish.lua); K_FAIRQ its fair-share
+-- finish tag (lib/fair.lua), updated by the admission that charges it (as '0<model>'; an
+-- engine before K_PARK wrote '1<model>' for a model set aside), or K_PARK instead, by its
+-- likely latency, while it is parked: idle, its tag below the virtual time (lib/anyorder.lua).
+-- An any-model request then reads the head of these orders
 -- (lib/anyorder.lua), not every model's name, latency and tag: over 1,000 models that read
 -- cost 30-90 times the whole admission over 10 (python -m bench.scale).
 -- SPEED: how a likely latency is made (lib/finish.lua says why): the mean plus `spread`
@@ -50,24 +52,25 @@ function SPEED.note(m, q, joined, known)
     redis.call('ZADD', K_SPEED, likely, m)
     redis.call('ZADD', K_LATE, late, m)
     local at = redis.call('ZMSCORE', K_FAIRQ, '0' .. m, '1' .. m)
-    if not (at[1] or at[2]) then
+    if not (at[1] or at[2] or redis.call('ZSCORE', K_PARK, m)) then
       redis.call('ZADD', K_FAIRQ, redis.call('HGET', K_FAIR, m) or '0', '0' .. m)
     end
   else
     redis.call('ZADD', K_SPEED, 'XX', likely, m)
     redis.call('ZADD', K_LATE, 'XX', late, m)
   end
+  redis.call('ZADD', K_PARK, 'XX', likely, m)  -- parked: kept by its likely latency
 end
 
--- Model m's tag in the fair order is now `tag` (a number; an admission charged it, or it
--- is set aside: `aside`).
-function SPEED.fairq(m, tag, aside)
-  local keep, drop = '0' .. m, '1' .. m
-  if aside then keep, drop = drop, keep end
+-- Model m's tag in the fair order is now `tag` (a number: an admission charged it); a
+-- parked model (or one an older engine set aside) comes back into K_FAIRQ at it.
+function SPEED.fairq(m, tag)
   tag = string.format('%.17g', tag)
-  -- one call where it keeps its form (an admission's tag always moves: CH counts it)
-  if redis.call('ZADD', K_FAIRQ, 'XX', 'CH', tag, keep) == 1 then return end
-  if redis.call('ZREM', K_FAIRQ, drop) == 1 then redis.call('ZADD', K_FAIRQ, tag, keep) end
+  -- one call where it is in place (an admission's tag always moves: CH counts it)
+  if redis.call('ZADD', K_FAIRQ, 'XX', 'CH', tag, '0' .. m) == 1 then return end
+  if redis.call('ZREM', K_PARK, m) + redis.call('ZREM', K_FAIRQ, '1' .. m) > 0 then
+    redis.call('ZADD', K_FAIRQ, tag, '0' .. m)
+  end
 end
 
 -- The number of models with a quota, once the orders hold each of them: an index that
@@ -85,9 +88,9 @@ function SPEED.check(whole)
     return redis.call('ZCARD', K_SPEED), nil
   end
   local have, raw = by_speed()
-  if have == n and redis.call('ZCARD', K_FAIRQ) == n
+  if have == n and redis.call('ZCARD', K_FAIRQ) + redis.call('ZCARD', K_PARK) == n
      and redis.call('ZCARD', K_LATE) == n then return n, raw end
-  redis.call('DEL', K_SPEED, K_FAIRQ, K_LATE)
+  redis.call('DEL', K_SPEED, K_FAIRQ, K_PARK, K_LATE)
   local names = redis.call('HKEYS', K_QUOTAS)
   for k = 1, #names, 500 do
     local part, speeds, lates, tags = {}, {}, {}, {}
