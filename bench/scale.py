@@ -23,11 +23,16 @@ alternate between them (a loaded machine then slows both alike): the median Redi
 admission of each, and its ratio to the fewest models (raw: ``bench/out/scale-ab.json``).
 ``--hedges``: the requests say their caller hedges late calls (``hedges_late``, as the
 drain's solver does by default; raw: ``bench/out/scale-ab-hedges.json``).
+``--spread``: each model answers at a speed of its own (0.5-4 s, seeded) with noise per
+call, so the groups of equally fast models change as the engine learns, as with real
+backends; without it every model's learned latency is the few milliseconds from an
+admission to its completion (raw: ``scale-spread.json``, ``scale-ab-spread.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -71,6 +76,26 @@ def commandstats(r: redis.Redis) -> dict[str, tuple[int, int]]:
     return out
 
 
+class Latencies:
+    """The latency each call reports with ``--spread``: its model's own speed (0.5-4 s,
+    drawn once per model) times 0.7-1.3 (drawn per call), from one seeded generator."""
+
+    def __init__(self, seed: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.base: dict[str, float] = {}
+
+    def of(self, model: str) -> float:
+        if model not in self.base:
+            self.base[model] = self.rng.uniform(0.5, 4.0)
+        return self.base[model] * self.rng.uniform(0.7, 1.3)
+
+
+def _completions(got: Sequence[Any], lat: Latencies | None) -> list[Completion]:
+    """The completions of the admissions in ``got``; each reports a latency with ``lat``."""
+    return [Completion(d.lease_id, 50, 50, latency_s=lat.of(d.model) if lat else None)
+            for d in got if isinstance(d, Admission)]
+
+
 def _requests(allowed: Sequence[str] | None, n: int, hedges: bool) -> list[AdmitRequest]:
     models = tuple(allowed) if allowed else None
     return [AdmitRequest(TOKENS, models=models, ordered=False, hedges_late=hedges)
@@ -78,10 +103,10 @@ def _requests(allowed: Sequence[str] | None, n: int, hedges: bool) -> list[Admit
 
 
 def measure(client: RouterClient, r: redis.Redis, models: int, allowed: int, batch: int,
-            calls: int, hedges: bool = False) -> Point:
+            calls: int, hedges: bool = False, lat: Latencies | None = None) -> Point:
     names = [f"m{k}" for k in range(models)]
     chosen = names[:allowed] if allowed else None
-    lat: list[float] = []
+    took: list[float] = []
     ops, usec, admissions = 0, 0, 0
     blocks = max(1, calls // 50)
     per_block = max(1, calls // blocks)
@@ -91,45 +116,45 @@ def measure(client: RouterClient, r: redis.Redis, models: int, allowed: int, bat
         for _ in range(per_block):
             t0 = time.perf_counter()
             got += client.admit_many(_requests(chosen, batch, hedges))
-            lat.append(time.perf_counter() - t0)
+            took.append(time.perf_counter() - t0)
         b = commandstats(r)
         admissions += per_block * batch
         usec += b["evalsha"][1] - a["evalsha"][1]
         for name, (n, _) in b.items():
             if name not in _OUTER:
                 ops += n - a.get(name, (0, 0))[0]
-        done = [Completion(d.lease_id, 50, 50) for d in got if isinstance(d, Admission)]
-        client.complete_many(done)
-    lat.sort()
-    return Point(models, allowed, batch, len(lat), 1000 * statistics.median(lat),
-                 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+        client.complete_many(_completions(got, lat))
+    took.sort()
+    return Point(models, allowed, batch, len(took), 1000 * statistics.median(took),
+                 1000 * took[min(len(took) - 1, int(0.99 * len(took)))],
                  usec / admissions, ops / admissions)
 
 
-def learn(client: RouterClient, models: int) -> None:
+def learn(client: RouterClient, models: int, lat: Latencies | None = None) -> None:
     """One call on each model, so every model has learned estimates (its latency, its
     output), as after a run: an any-model request then weighs every model (finish-time
     choice), as in steady state, not the fair share alone."""
     got = client.admit_many([AdmitRequest(TOKENS, models=(f"m{k}",)) for k in range(models)])
-    client.complete_many([Completion(d.lease_id, 50, 50) for d in got
-                          if isinstance(d, Admission)])
+    client.complete_many(_completions(got, lat))
 
 
 def curve(url: str, model_counts: Sequence[int], lists: Sequence[int], calls: int,
-          ref: str | None = None) -> list[Point]:
+          ref: str | None = None, spread: bool = False) -> list[Point]:
     points = []
     r = redis.Redis.from_url(url)
     for models in model_counts:
         r.flushall()  # the private server: nothing of anyone else's
         client = client_with(url, ref)
+        lat = Latencies() if spread else None
         for k in range(models):
             client.set_quota(f"m{k}", HUGE)
-        learn(client, models)
+        learn(client, models, lat)
         for allowed in [0, *[n for n in lists if n <= models]]:
             for batch in (1, BATCH):
                 n = calls if batch == 1 else max(4, calls // 16)
-                measure(client, r, models, allowed, batch, max(2, n // 10))  # warm-up
-                p = measure(client, r, models, allowed, batch, n)
+                # warm-up, then measured
+                measure(client, r, models, allowed, batch, max(2, n // 10), lat=lat)
+                p = measure(client, r, models, allowed, batch, n, lat=lat)
                 points.append(p)
                 print(_row(p, points), flush=True)
         client.close()
@@ -183,7 +208,7 @@ def plot(points: Sequence[Point], path: Path) -> bool:
 
 
 def ab(urls: Sequence[str], model_counts: Sequence[int], ref: str, rounds: int, calls: int,
-       hedges: bool = False) -> list[dict[str, Any]]:
+       hedges: bool = False, spread: bool = False) -> list[dict[str, Any]]:
     """Interleaved rounds of any-model admissions, the working tree's Lua (on ``urls[0]``)
     against ``ref``'s (on ``urls[1]``)."""
     servers = {"tree": redis.Redis.from_url(urls[0]), ref: redis.Redis.from_url(urls[1])}
@@ -192,17 +217,19 @@ def ab(urls: Sequence[str], model_counts: Sequence[int], ref: str, rounds: int, 
         for r in servers.values():
             r.flushall()
         clients = {"tree": client_with(urls[0], None), ref: client_with(urls[1], ref)}
-        for client in clients.values():
+        # the same speeds and draws on each side
+        lats = {name: Latencies() if spread else None for name in clients}
+        for name, client in clients.items():
             for k in range(models):
                 client.set_quota(f"m{k}", HUGE)
-            learn(client, models)
+            learn(client, models, lats[name])
         for batch in (1, BATCH):
             n = calls if batch == 1 else max(4, calls // 16)
             got: dict[str, list[float]] = {name: [] for name in clients}
             for _ in range(rounds):
                 for name, client in clients.items():
                     got[name].append(measure(client, servers[name], models, 0, batch,
-                                             n, hedges).redis_us)
+                                             n, hedges, lats[name]).redis_us)
             row = {"models": models, "batch": batch,
                    **{name: statistics.median(v) for name, v in got.items()}}
             rows.append(row)
@@ -234,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds of --ab")
     p.add_argument("--hedges", action="store_true", help="--ab with requests whose caller "
                    "hedges late calls (hedges_late)")
+    p.add_argument("--spread", action="store_true", help="each model answers at a speed of "
+                   "its own, with noise per call")
     args = p.parse_args(argv)
     if args.calls < 1 or args.rounds < 1 or min(args.models) < 1:
         print("error: --calls, --rounds and each of --models must be >= 1", file=sys.stderr)
@@ -247,20 +276,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{'models':>6} {'batch':>5} Redis µs per any-model admission, median of "
                   f"{args.rounds} rounds (ratio to the fewest models)")
             rows = ab([server.url, other.url], args.models, args.ab, args.rounds, args.calls,
-                      args.hedges)
+                      args.hedges, args.spread)
         finally:
             server.close()
             other.close()
-        name = "scale-ab-hedges.json" if args.hedges else "scale-ab.json"
+        name = "scale-ab" + "-hedges" * args.hedges + "-spread" * args.spread + ".json"
         write_raw(args.out.with_name(name), {"ref": args.ab, "hedges": args.hedges,
+                                             "spread": args.spread,
                                              "rows": rows})
         return 0
     try:
         print(HEADER)
-        points = curve(server.url, args.models, args.lists, args.calls, args.ref)
+        points = curve(server.url, args.models, args.lists, args.calls, args.ref,
+                       args.spread)
     finally:
         server.close()
-    write_raw(args.out, {"ref": args.ref, "points": [asdict(x) for x in points]})
+    out = args.out.with_name("scale-spread.json") if args.spread else args.out
+    write_raw(out, {"ref": args.ref, "spread": args.spread,
+                    "points": [asdict(x) for x in points]})
     if args.plot:
         png = args.out.with_suffix(".png")
         print(f"plot: {png}" if plot(points, png) else "plot: matplotlib not installed")
