@@ -106,12 +106,16 @@ def run_and_save(args: argparse.Namespace, opts: RunOptions, out: Path, workload
     print(f"saved {path}", flush=True)
 
 
+class UsageError(Exception):
+    """Input the benchmark cannot run with: main() prints ``error: <it>`` and exits 2."""
+
+
 def _router_params(given: list[str]) -> tuple[tuple[str, int], ...]:
     params = []
     for item in given:
         name, _, value = item.partition("=")
         if not name or not value.isdigit():
-            raise SystemExit(f"--router-param {item!r}: expected NAME=N, e.g. fan_out=4")
+            raise UsageError(f"--router-param {item!r}: expected NAME=N, e.g. fan_out=4")
         params.append((name, int(value)))
     return tuple(params)
 
@@ -131,7 +135,7 @@ def record_baselines(args: argparse.Namespace, results: list[dict[str, Any]],
     router = [m for m in results if m["design"] == "router"]
     cut = [m["workload"] for m in router if not m["finished"]]
     if cut:
-        raise SystemExit(f"error: --baseline: runs of {', '.join(cut)} were cut short; "
+        raise UsageError(f"--baseline: runs of {', '.join(cut)} were cut short; "
                          "re-run them to the end (--router-deadline-min)")
     saved = out / "command.txt"
     command = (saved.read_text().strip() if saved.is_file() else _command())
@@ -159,6 +163,14 @@ def _command() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse(argv)
     from bench.e2e.analyse import analyse_dir
 

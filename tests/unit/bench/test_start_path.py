@@ -76,11 +76,20 @@ def test_baselines_take_the_runs_from_the_dag_runs_start_and_the_first_claim(
 
 
 def test_a_run_cut_short_is_no_baseline(tmp_path: Path) -> None:
-    from bench.e2e.__main__ import parse, record_baselines
+    from bench.e2e.__main__ import UsageError, parse, record_baselines
 
     cut = {"workload": "W1", "design": "router", "finished": False}
-    with pytest.raises(SystemExit, match="cut short"):
+    with pytest.raises(UsageError, match="cut short"):
         record_baselines(parse(["--baseline"]), [cut], tmp_path, tmp_path)
+
+
+def test_bad_input_ends_with_one_error_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.e2e.__main__ import main
+
+    assert main(["--router-param", "fan_out", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --router-param 'fan_out': expected NAME=N, e.g. fan_out=4"]
 
 
 def dump_baseline(directory: Path, target: str) -> None:
