@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -42,12 +43,35 @@ from bench.common import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ("admit", "complete", "set_quota")
-_DUMP = ("import json, sys; from airflow_llm_router.engine import scripts as s; "
-         "json.dump({op: [s.script_source(op), list(s.model_keys(op)) "
-         "if hasattr(s, 'model_keys') else None] for op in sys.argv[1:]}, sys.stdout)")
+_DUMP = ("import json, sys; from airflow_llm_router.engine import scripts as s, keys as k; "
+         "json.dump({'ops': {op: [s.script_source(op), list(s.model_keys(op)) "
+         "if hasattr(s, 'model_keys') else None] for op in sys.argv[1:]}, "
+         "'router': list(k.ROUTER_KEYS.values()), "
+         "'model': getattr(k, 'MODEL_KEYS', {})}, sys.stdout)")
+
+#: op -> (its script, the per-model keys it declares or None for the prefix alone)
+Sources = dict[str, tuple[str, list[str] | None]]
 
 
-def sources_at(where: str | None) -> dict[str, tuple[str, list[str] | None]]:
+@dataclass(frozen=True)
+class Version:
+    """The scripts of one version and the key layout they bind from ``KEYS``: its
+    router-wide key suffixes and per-model key infixes, in its own order (a version that
+    adds a router-wide key moves where every per-model key starts)."""
+
+    sources: Sources
+    router: tuple[str, ...]
+    model: dict[str, str]
+
+    def keys(self, prefix: str, op: str, models: list[str]) -> list[str]:
+        declared = self.sources[op][1]
+        if declared is None:
+            return [prefix]
+        return ([prefix + suffix for suffix in self.router]
+                + [prefix + self.model[name] + m for m in models for name in declared])
+
+
+def sources_at(where: str | None) -> Version:
     """The scripts as assembled in ``where``: a git revision, a directory holding an
     ``airflow_llm_router`` package, or None for the working tree; read in a fresh process.
     Each with the per-model keys it declares, or None if it is given the prefix alone."""
@@ -64,29 +88,28 @@ def sources_at(where: str | None) -> dict[str, tuple[str, list[str] | None]]:
         out = subprocess.run([sys.executable, "-c", _DUMP, *OPS], cwd=root, check=True,
                              capture_output=True, text=True,
                              env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}).stdout
-    doc: dict[str, list[Any]] = json.loads(out)
-    return {op: (src, keys) for op, (src, keys) in doc.items()}
+    doc: dict[str, Any] = json.loads(out)
+    return Version({op: (src, keys) for op, (src, keys) in doc["ops"].items()},
+                   tuple(doc["router"]), dict(doc["model"]))
 
 
 class Side:
     """One version of the scripts, registered on Redis, with a namespace of its own."""
 
-    def __init__(self, client: redis.Redis, name: str,
-                 sources: dict[str, tuple[str, list[str] | None]], models: int) -> None:
+    def __init__(self, client: redis.Redis, name: str, version: Version, models: int) -> None:
         self.name = name
         self.client = client
         self.core = RouterCore(RouterSettings(namespace=f"bench-ab-{name}-{uuid.uuid4().hex[:6]}"))
-        self.scripts = {op: client.register_script(src) for op, (src, _) in sources.items()}
-        self.model_keys = {op: keys for op, (_, keys) in sources.items()}
+        self.scripts = {op: client.register_script(src)
+                        for op, (src, _) in version.sources.items()}
+        self.version = version
         self.models = [f"m{k}" for k in range(models)]
         quota = ModelQuota(rpm=10**9, tpm=10**12, max_concurrency=10**6).to_redis()
         for m in self.models:
             self._run("set_quota", [m], m, quota)
 
     def _run(self, op: str, models: list[str], *args: Any) -> Any:
-        declared = self.model_keys[op]
-        keys = ([self.core.keys.prefix] if declared is None
-                else self.core.keys.script_keys(declared, models))
+        keys = self.version.keys(self.core.keys.prefix, op, models)
         return self.scripts[op](keys=keys, args=[self.core.settings_arg, *args])
 
     def block(self, admissions: int, batch: int) -> float:
