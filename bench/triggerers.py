@@ -24,6 +24,12 @@ task-store schema holding W1's prompts. The DAG (``bench/dags/llm_router_scale.p
   spread over the triggerers as they poll in turn;
 - ``async``: ``SolveTaskAsyncOperator``, each solver an async task in a worker slot.
 
+With ``--fast M``, the CPU-bound regime in place of W1: M models of the simulator answering
+in ~5 ms with no provider limits (``bench/solver_cpu.py``'s profile), quotas far above the
+load, and ``--tasks`` prompts of 400 characters; what binds is the CPU of the solvers'
+processes, so one triggerer against two (``deferrable-1``, ``deferrable-2-split``) checks
+the projection of docs/scale.md ("Solver CPU and the ceiling").
+
 With ``--kill-triggerer-at F`` (two-triggerer configurations), the second triggerer gets
 SIGKILL once a share F of the tasks is solved, and the run times how soon the survivor
 runs its drains (``bench/triggerer_kill.py``) and the longest stretch without an answer
@@ -62,6 +68,7 @@ from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
 from bench.common import OUT_DIR, results_dir
 from bench.e2e.workloads import build
+from bench.solver_cpu import roomy_quotas, sim_profile
 from bench.triggerer_kill import TriggererKill
 from llm_router_devkit.demo.airflow_env import postgres_connection, router_connection
 from llm_router_devkit.demo.router_quotas import router_quotas
@@ -282,9 +289,13 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
     capacity = {"split": -(-opts.fan_out // 2), "spread": opts.fan_out}.get(placement or "")
     per_loop = 1 if placement == "spread" else None
     dag_id = f"llm_router_scale_{mode}"
-    profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed)
-    workload = build("W1", opts.seed, [m.name for m in profile.models])
-    tasks = workload.initial[:opts.tasks]
+    if opts.fast:
+        profile = sim_profile(opts.fast)
+        tasks = None
+    else:
+        profile = SimulatorProfile.default(time_scale=opts.time_scale, seed=opts.seed)
+        tasks = build("W1", opts.seed, [m.name for m in profile.models]).initial[:opts.tasks]
+    n_tasks = len(tasks) if tasks is not None else opts.tasks
     suffix = uuid.uuid4().hex[:10]
     namespace, schema = f"trig-{suffix}", f"llmr_trig_{suffix}"
     database = schema
@@ -296,13 +307,21 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         router = RouterClient.from_url(opts.redis_url, RouterSettings(namespace=namespace))
         cleanup.callback(router.close)
         cleanup.callback(drop_namespace, router, namespace)
-        for model, quota in router_quotas(profile).items():
-            router.set_quota(model, quota)
+        if opts.fast:
+            roomy_quotas(cleanup, opts.redis_url, namespace, profile)
+        else:
+            for model, quota in router_quotas(profile).items():
+                router.set_quota(model, quota)
         cleanup.callback(pg.drop_schema, schema)
         store = TaskStore(opts.postgres_dsn, schema=schema)
         cleanup.callback(store.close)
         store.migrate()
-        seed_store(store, tasks)
+        if tasks is not None:
+            seed_store(store, tasks)
+        else:
+            for start in range(0, n_tasks, 10_000):
+                store.enqueue([f"task {i} " + "x" * 400
+                               for i in range(start, min(n_tasks, start + 10_000))])
         stack = _stack(opts, cleanup, pg, database, namespace, schema, sim.url, capacity,
                        per_loop)
         stack.cli("db", "migrate", timeout_s=180)
@@ -328,7 +347,7 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         kill = None
         if opts.kill_triggerer_at is not None and triggerers > 1:
             kill = TriggererKill(stack, meta, "triggerer-2",
-                                 int(opts.kill_triggerer_at * len(tasks)))
+                                 int(opts.kill_triggerer_at * n_tasks))
             cleanup.callback(kill.close)
         sim_pid = getattr(getattr(sim, "_proc", None), "pid", None)
         httpx.post(f"{sim.url}/stats/reset", timeout=10).raise_for_status()
@@ -360,7 +379,8 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
     span = (rows["p90_solved"] or 0) - (rows["p10_solved"] or 0)
     return {
         "config": name, "mode": mode, "triggerers": triggerers, "outcome": outcome,
-        "tasks": len(tasks), "fan_out": opts.fan_out, "max_in_flight": opts.max_in_flight,
+        "tasks": n_tasks, "fast_models": opts.fast, "fan_out": opts.fan_out,
+        "max_in_flight": opts.max_in_flight,
         "time_scale": opts.time_scale, "window_s": profile.scaled_window_s,
         "solved": rows["solved"], "dead": rows["dead"],
         "makespan_s": (last - first_epoch) if last and first_epoch else None,
@@ -417,7 +437,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.triggerers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    p.add_argument("--tasks", type=int, default=2000, help="the first N of W1's 2,000")
+    p.add_argument("--tasks", type=int, default=2000, help="the first N of W1's 2,000 "
+                   "(with --fast: prompts, up to 1,000,000)")
+    p.add_argument("--fast", type=int, default=0, metavar="MODELS",
+                   help="the CPU-bound regime: this many fast models, roomy quotas")
     p.add_argument("--fan-out", type=int, default=4, help="mapped solvers")
     p.add_argument("--max-in-flight", type=int, default=50, help="calls per solver")
     p.add_argument("--claim-batch", type=int, default=50)
@@ -441,8 +464,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = _parser().parse_args(argv)
-    if not 1 <= opts.tasks <= 2000 or opts.fan_out < 1:
-        print("error: --tasks must be 1..2000 and --fan-out >= 1", file=sys.stderr)
+    most = 1_000_000 if opts.fast else 2000
+    if not 1 <= opts.tasks <= most or opts.fan_out < 1 or opts.fast < 0:
+        print(f"error: --tasks must be 1..{most:,}, --fan-out >= 1 and --fast >= 0",
+              file=sys.stderr)
         return 2
     if opts.kill_triggerer_at is not None and not 0 < opts.kill_triggerer_at < 1:
         print("error: --kill-triggerer-at must be a share of the tasks between 0 and 1",
@@ -453,12 +478,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with sigterm_as_interrupt():
             for name in opts.configs:
-                say(f"=== {name} ({opts.tasks} W1 tasks, {opts.fan_out} solvers x "
+                what = f"over {opts.fast} fast models" if opts.fast else "W1 tasks"
+                say(f"=== {name} ({opts.tasks} {what}, {opts.fan_out} solvers x "
                     f"{opts.max_in_flight}) ===")
                 rows.append(run_config(name, opts))
                 (out / "triggerers.json").write_text(json.dumps({"rows": rows}, indent=2))
             yard = None
-            if not opts.no_yardstick and opts.tasks == 2000:
+            if not opts.no_yardstick and not opts.fast and opts.tasks == 2000:
                 from bench.e2e.yardstick import measure
 
                 say("computing W1's LP bound and reference schedule...")
