@@ -12,7 +12,9 @@ samples every ``--every`` seconds: this process's RSS (``/proc/self/status``), R
 reported: per third of the run after its first 10 %, the median of each figure and the
 solving rate (a drain whose cost grows with what it has done slows down), the growth from
 the first third to the last, and the largest Redis keys at the end. Raw samples go to
-``bench/out/backlog_drain.json``.
+``bench/out/backlog_drain.json``; ``--plot PNG`` draws the samples (RSS, Redis memory, tasks
+solved per second over the tasks solved) once the run ends, ``--plot PNG --replot JSON``
+from a saved run, when matplotlib is installed (``pip install -e "devkit[bench]"``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,40 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=float, default=1.0, help="seconds between samples")
     p.add_argument("--postgres-dsn", help="a running server (default: a private one)")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--plot", type=Path, metavar="PNG", help="draw the samples here")
+    p.add_argument("--replot", type=Path, metavar="JSON",
+                   help="with --plot: draw a saved run's samples, run nothing")
     return p
+
+
+def plot(result: dict[str, Any], path: Path) -> bool:
+    """RSS and Redis memory, and the solving rate between samples, against the tasks
+    solved; False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    samples = [x for x in result["samples"] if x["solved"] > 0]
+    solved = [x["solved"] / 1000 for x in samples]
+    rate = [0.0] + [(b["solved"] - a["solved"]) / max(1e-9, b["t"] - a["t"])
+                    for a, b in itertools.pairwise(samples)]
+    fig, axes = plt.subplots(3, 1, figsize=(7, 6.5), sharex=True)
+    for ax, ys, label in ((axes[0], [x["rss_mb"] for x in samples], "drain RSS, MB"),
+                          (axes[1], [x["redis_mb"] for x in samples], "Redis used_memory, MB"),
+                          (axes[2], rate, "tasks solved / s")):
+        ax.plot(solved, ys, linewidth=0.8)
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[2].set_xlabel("tasks solved (thousands)")
+    axes[0].set_title(f"A drain of {result['tasks']:,} tasks "
+                      f"({result['per_s']:,} tasks/s over {result['drain_s']:.0f} s)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return True
 
 
 def _rss_mb() -> float:
@@ -169,6 +204,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --max-in-flight and --models must be >= 1, --every above 0",
               file=sys.stderr)
         return 2
+    if opts.replot is not None:
+        if opts.plot is None:
+            print("error: --replot: give --plot PNG to draw into", file=sys.stderr)
+            return 2
+        try:
+            saved = json.loads(opts.replot.read_text())
+        except (OSError, ValueError) as err:
+            print(f"error: --replot {opts.replot}: {err}", file=sys.stderr)
+            return 2
+        if not plot(saved, opts.plot):
+            print("error: --plot: matplotlib is not installed (pip install -e "
+                  "\"devkit[bench]\")", file=sys.stderr)
+            return 2
+        print(f"plot: {opts.plot}")
+        return 0
     import airflow_llm_router.triggers  # noqa: F401  (Airflow's imports, outside the run)
 
     def body() -> int:
@@ -178,6 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts.out.parent.mkdir(parents=True, exist_ok=True)
         opts.out.write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
+        if opts.plot is not None:
+            print(f"plot: {opts.plot}" if plot(result, opts.plot)
+                  else "plot: matplotlib not installed")
         return 0
 
     return interruptible(body)

@@ -55,6 +55,9 @@ def test_e2e_docs_without_matplotlib_is_one_error_line(
     ("backlog", ["--chunk", "0"], "--chunk"),
     ("backlog_drain", ["--max-in-flight", "0"], "--max-in-flight"),
     ("backlog_drain", ["--every", "0"], "--every"),
+    ("backlog_drain", ["--replot", "run.json"], "--replot"),
+    ("backlog_drain", ["--replot", "/nonexistent/run.json", "--plot", "x.png"], "--replot"),
+    ("triggerers", ["--fast", "4", "--tasks", "1000001"], "--tasks"),
     ("surfaces", ["--calls", "0"], "--calls"),
     ("surfaces", ["--models", "0"], "--models"),
 ])
