@@ -126,3 +126,36 @@ def test_a_caller_that_hedges_is_ordered_by_hedged_latencies_from_the_index(
             assert (got.model, listed.model) == (first, first)
     finally:
         raw.close()
+
+
+def test_the_slower_idle_models_a_walk_passes_are_parked_out_of_the_fair_order(
+        router: RouterClient, redis_url: str, namespace: str) -> None:
+    # 100 equally fast models and 70 slower ones (two groups larger than the engine reads
+    # whole: each is read from the fair order) whose names sort after the fast ones where
+    # tags tie. 95 fast ones are charged (an unordered list charges the fair share): the
+    # fair order is then 5 idle fast models, the 70 slow ones, all idle at the virtual
+    # time, and the 95 past it. The next any-model call's walk (its decision and the head
+    # it names) passes the slow ones: each is parked, the ones met in the same read as the
+    # first model past the virtual time too.
+    keys = RouterKeys(namespace)
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        for k in range(100):
+            router.set_quota(f"f{k:03}", {**ROOMY, "expected_latency_s": 1.0})
+        for k in range(70):
+            router.set_quota(f"s{k:03}", {**ROOMY, "expected_latency_s": 5.0})
+        got = router.admit_many([AdmitRequest(10, models=(f"f{k:03}",), ordered=False)
+                                 for k in range(95)])
+        assert all(isinstance(d, Admission) for d in got)
+        assert _single(router) == "f095"
+        slow = [f"s{k:03}" for k in range(70)]
+        assert sorted(raw.zrange(keys.router("K_PARK"), 0, -1)) == slow
+        assert raw.zcard(keys.router("K_FAIRQ")) == 100
+        # parked, they are still candidates: with the fast ones gone, a round of the fair
+        # share serves each once, read from where they are parked
+        for k in range(100):
+            router.delete_quota(f"f{k:03}")
+        assert sorted(_models(router, 70)) == slow
+        assert raw.zcard(keys.router("K_PARK")) == 0
+    finally:
+        raw.close()

@@ -209,7 +209,7 @@ local function fair_scan(lo, hi, hedge, every)
     for j, m in ipairs(names) do
       if idle and tonumber(raw[2 * j]) > v then
         idle = false  -- the rest is read after the parked ones
-        return true
+        break
       end
       local s = tonumber(speeds[j])
       if every or (s and s >= lo and s <= hi) then
