@@ -37,7 +37,13 @@ import psycopg
 import redis
 from psycopg import sql
 
-from bench.common import drain_once, interruptible, private_services
+from bench.common import (
+    drain_once,
+    enqueue_synthetic,
+    interruptible,
+    private_services,
+    pyplot,
+)
 from bench.private_pg import private_postgres
 from bench.solver_cpu import default_connections, roomy_quotas, sim_profile
 
@@ -63,11 +69,8 @@ def _parser() -> argparse.ArgumentParser:
 def plot(result: dict[str, Any], path: Path) -> bool:
     """RSS and Redis memory, and the solving rate between samples, against the tasks
     solved; False without matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     samples = [x for x in result["samples"] if x["solved"] > 0]
     solved = [x["solved"] / 1000 for x in samples]
@@ -170,9 +173,7 @@ def run(opts: argparse.Namespace, dsn: str) -> dict[str, Any]:
         default_connections(redis_server.port, namespace, dsn, sim.url)
         store.migrate()
         t0 = time.monotonic()
-        for start in range(0, opts.tasks, 10_000):
-            store.enqueue([f"task {i} " + "x" * 200
-                           for i in range(start, min(opts.tasks, start + 10_000))])
+        enqueue_synthetic(store, opts.tasks, 200)
         enqueue_s = time.monotonic() - t0
         roomy_quotas(stack, redis_server.url, namespace, prof)
         sampler = Sampler(dsn, schema, redis_server.url, opts.every)

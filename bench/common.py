@@ -31,10 +31,12 @@ __all__ = [
     "drain_once",
     "drop_namespace",
     "drop_schema",
+    "enqueue_synthetic",
     "guarded",
     "interruptible",
     "private_services",
     "publish",
+    "pyplot",
     "results_dir",
     "warm_up",
     "write_raw",
@@ -214,3 +216,23 @@ def warm_up(router: Any, sim_url: str, models: Sequence[str], prompt: str,
     with ThreadPoolExecutor(len(models)) as pool:
         list(pool.map(one, models))
     time.sleep(window_s + 1.0)
+
+
+def enqueue_synthetic(store: TaskStore, tasks: int, chars: int) -> None:
+    """``tasks`` prompts ``task <i> xxx...`` (``chars`` characters of padding), in calls of
+    10,000 so a million-task backlog is not one statement."""
+    for start in range(0, tasks, 10_000):
+        store.enqueue([f"task {i} " + "x" * chars
+                       for i in range(start, min(tasks, start + 10_000))])
+
+
+def pyplot() -> Any | None:
+    """matplotlib's pyplot on the file-only Agg backend, or None where matplotlib is not
+    installed (it is in the devkit's ``bench`` extra)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt

@@ -45,7 +45,7 @@ import redis
 
 from airflow_llm_router.engine import Admission, AdmitRequest, Completion, RouterClient
 from bench.budget_cost import client_with
-from bench.common import interruptible, write_raw
+from bench.common import interruptible, pyplot, write_raw
 from llm_router_devkit.redis_tools import PrivateRedis
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -184,11 +184,8 @@ HEADER = (f"{'models':>6} {'request':>8} {'batch':>5} {'p50 ms':>9} {'p99 ms':>9
 
 
 def plot(points: Sequence[Point], path: Path) -> bool:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
     shapes = sorted({(p.allowed, p.batch) for p in points})

@@ -41,7 +41,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import DEFAULT_DSN, drain_once, guarded, private_services
+from bench.common import DEFAULT_DSN, drain_once, enqueue_synthetic, guarded, private_services
 from bench.proc_cpu import PgBackends, ProcessCpu
 from llm_router_devkit.simulator import SimulatorProfile
 from llm_router_devkit.simulator.profile import ModelProfile
@@ -253,7 +253,7 @@ def run_once(opts: argparse.Namespace, solvers: int, profile: Path | None,
         default_connections(redis_server.port, namespace,
                             _with_app_name(opts.postgres_dsn, app_name), sim.url)
         store.migrate()
-        store.enqueue([f"task {i} " + "x" * opts.prompt_chars for i in range(opts.tasks)])
+        enqueue_synthetic(store, opts.tasks, opts.prompt_chars)
         roomy_quotas(stack, redis_server.url, namespace, prof)
         server = stack.enter_context(redis.Redis.from_url(redis_server.url))
         settings = {"max_in_flight": opts.max_in_flight, "claim_batch": opts.max_in_flight,

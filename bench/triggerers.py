@@ -66,7 +66,7 @@ import psycopg
 
 from airflow_llm_router.engine import RouterClient, RouterSettings
 from airflow_llm_router.store import TaskStore
-from bench.common import OUT_DIR, results_dir
+from bench.common import OUT_DIR, enqueue_synthetic, results_dir
 from bench.e2e.workloads import build
 from bench.solver_cpu import roomy_quotas, sim_profile
 from bench.triggerer_kill import TriggererKill
@@ -319,9 +319,7 @@ def run_config(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         if tasks is not None:
             seed_store(store, tasks)
         else:
-            for start in range(0, n_tasks, 10_000):
-                store.enqueue([f"task {i} " + "x" * 400
-                               for i in range(start, min(n_tasks, start + 10_000))])
+            enqueue_synthetic(store, n_tasks, 400)
         stack = _stack(opts, cleanup, pg, database, namespace, schema, sim.url, capacity,
                        per_loop)
         stack.cli("db", "migrate", timeout_s=180)
